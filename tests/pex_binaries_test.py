@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from libdisplay import __version__
+from tests.binaries import BINARIES, pex_env, pex_path
 
-BINARIES = {
+PURPOSE = {
     "declare": "weston's config",
     "westonctl": "Weston compositor",
     "draplugin": "claiming pods",
@@ -18,31 +18,27 @@ BINARIES = {
 }
 
 
-def _pex(name: str) -> Path:
-    path = Path(name) / f"{name}.pex"
-    if not path.is_file():
-        pytest.fail(f"{path} was not built (run under ./pants test, which packages it)")
-    return path
-
-
-def _run(pex: Path, *args: str, pex_root: Path) -> subprocess.CompletedProcess[str]:
-    # HOME is unset in the Pants sandbox, so PEX needs a root to unpack into.
-    env = {**os.environ, "PEX_ROOT": str(pex_root)}
+def _run(name: str, *args: str, pex_root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(pex), *args], capture_output=True, text=True, env=env, timeout=300, check=False
+        [str(pex_path(name)), *args],
+        capture_output=True,
+        text=True,
+        env=pex_env(pex_root),
+        timeout=300,
+        check=False,
     )
 
 
-@pytest.mark.parametrize(("name", "purpose"), BINARIES.items(), ids=list(BINARIES))
-def test_pex_help_describes_the_binary(name: str, purpose: str, tmp_path: Path) -> None:
-    result = _run(_pex(name), "--help", pex_root=tmp_path)
+@pytest.mark.parametrize("name", BINARIES)
+def test_pex_help_describes_the_binary(name: str, pex_root: Path) -> None:
+    result = _run(name, "--help", pex_root=pex_root)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"Usage: {name} ")
-    assert purpose.lower() in result.stdout.lower()
+    assert PURPOSE[name].lower() in result.stdout.lower()
 
 
-@pytest.mark.parametrize("name", BINARIES, ids=list(BINARIES))
-def test_pex_version_is_the_library_version(name: str, tmp_path: Path) -> None:
-    result = _run(_pex(name), "--version", pex_root=tmp_path)
+@pytest.mark.parametrize("name", BINARIES)
+def test_pex_version_is_the_library_version(name: str, pex_root: Path) -> None:
+    result = _run(name, "--version", pex_root=pex_root)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{name}, version {__version__}"

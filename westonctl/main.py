@@ -1,11 +1,38 @@
 """westonctl: the compositor's container. Runs weston as its child, restarts it on an
-order, and exits on any exit no order names."""
+order, and exits on any exit no order names; `ping` and `outputs` diagnose its socket."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import click
 
 from libdisplay.cli import VERSION, setup_logging
+
+_DEFAULT_RUNTIME_DIR = "/var/run/display.liken.sh"
+_DEFAULT_SOCKET = "wayland-0"
+
+
+def _socket_path(runtime_dir: str, socket: str) -> Path:
+    return Path(socket) if socket.startswith("/") else Path(runtime_dir) / socket
+
+
+_runtime_dir_option = click.option(
+    "--runtime-dir",
+    envvar="WESTON_RUNTIME_DIR",
+    default=_DEFAULT_RUNTIME_DIR,
+    show_default=True,
+    help="weston's XDG_RUNTIME_DIR: the hostPath consumers mount.",
+)
+_socket_option = click.option(
+    "--socket",
+    envvar="WESTON_SOCKET",
+    default=_DEFAULT_SOCKET,
+    show_default=True,
+    help="The public Wayland socket's name in the runtime dir (or an absolute path).",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,6 +41,163 @@ from libdisplay.cli import VERSION, setup_logging
 def cli(verbose: int) -> None:
     """Supervise the Weston compositor and diagnose its socket."""
     setup_logging(verbose)
+
+
+@cli.command()
+@click.option(
+    "--config",
+    envvar="WESTON_CONFIG",
+    default="/etc/weston/weston.ini",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="weston.ini, written by the declare container.",
+)
+@click.option(
+    "--config-wait",
+    envvar="WESTON_CONFIG_WAIT",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for the config before failing.",
+)
+@_runtime_dir_option
+@_socket_option
+@click.option(
+    "--backend",
+    envvar="WESTON_BACKEND",
+    default="drm-backend.so",
+    show_default=True,
+    help="weston's backend (headless-backend.so or x11-backend.so in tests).",
+)
+@click.option(
+    "--restarts-dir",
+    envvar="WESTON_RESTARTS_DIR",
+    default="/etc/weston/restarts",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the operator writes restart orders naming weston's pid.",
+)
+@click.option(
+    "--pid-file",
+    envvar="WESTON_PID_FILE",
+    default="/etc/weston/weston.pid",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where weston's current pid is written.",
+)
+@click.option(
+    "--log-scopes",
+    envvar="WESTON_LOG_SCOPES",
+    default="",
+    help="Comma-separated weston debug scopes for the log (env WESTON_LOG_SCOPES).",
+)
+@click.option("--stop-grace", default=4.0, show_default=True, type=click.FloatRange(min=0))
+@click.argument("weston_args", nargs=-1, type=click.UNPROCESSED)
+def weston(
+    config: Path,
+    config_wait: float,
+    runtime_dir: str,
+    socket: str,
+    backend: str,
+    restarts_dir: Path,
+    pid_file: Path,
+    log_scopes: str,
+    stop_grace: float,
+    weston_args: tuple[str, ...],
+) -> None:
+    """Wait for weston.ini, run weston as a child and restart it on orders (the main mode).
+
+    Extra arguments after `--` go to weston. Exits non-zero on any weston exit that no
+    restart order names, so the container's restart count is the crash count.
+    """
+    from westonctl.supervisor import (
+        Supervision,
+        SupervisorError,
+        WestonCommand,
+        supervise,
+    )
+
+    command = WestonCommand(
+        config=config,
+        runtime_dir=Path(runtime_dir),
+        socket=socket,
+        backend=backend,
+        log_scopes=log_scopes,
+        extra_args=weston_args,
+    )
+    supervision = Supervision(restarts_dir=restarts_dir, pid_file=pid_file, stop_grace_s=stop_grace)
+    try:
+        code = supervise(command, supervision, config_wait_s=config_wait)
+    except SupervisorError as err:
+        raise click.ClickException(str(err)) from err
+    sys.exit(code)
+
+
+@cli.command()
+@_runtime_dir_option
+@_socket_option
+@click.option("--timeout", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def ping(runtime_dir: str, socket: str, timeout: float, as_json: bool) -> None:
+    """Classify the socket: answering, hung, dead or absent (exit 0 only when answering)."""
+    from libdisplay.wayland import Liveness, probe
+
+    result = probe(_socket_path(runtime_dir, socket), timeout=timeout)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(result.path),
+                    "state": str(result.state),
+                    "round_trip_s": result.round_trip_s,
+                    "detail": result.detail,
+                }
+            )
+        )
+    else:
+        rtt = f" in {result.round_trip_s * 1000:.2f} ms" if result.round_trip_s is not None else ""
+        click.echo(f"{result.path}: {result.state}{rtt} ({result.detail})")
+    sys.exit(0 if result.state is Liveness.ANSWERING else 1)
+
+
+@cli.command()
+@_runtime_dir_option
+@_socket_option
+@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
+def outputs(runtime_dir: str, socket: str, timeout: float, as_json: bool) -> None:
+    """List the outputs the compositor reports: name, make, model, mode, transform, scale."""
+    from libdisplay.wayland import WaylandError, list_outputs
+
+    try:
+        found = list_outputs(_socket_path(runtime_dir, socket), timeout=timeout)
+    except WaylandError as err:
+        raise click.ClickException(str(err)) from err
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": o.name,
+                        "make": o.make,
+                        "model": o.model,
+                        "mode": str(o.mode),
+                        "transform": o.transform.name.lower(),
+                        "scale": o.scale,
+                        "position": list(o.position),
+                        "physical_size_mm": list(o.physical_size_mm),
+                    }
+                    for o in found
+                ],
+                indent=2,
+            )
+        )
+        return
+    for o in found:
+        click.echo(
+            f"{o.name or '?':<12} {o.mode!s:<18} {o.transform.name.lower():<18} "
+            f"scale {o.scale}  {o.make} {o.model}  at {o.position[0]},{o.position[1]}"
+        )
 
 
 if __name__ == "__main__":
