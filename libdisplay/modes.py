@@ -63,7 +63,9 @@ def parse_mode(text: str) -> Mode:
 def find_mode(wanted: Mode, offered: Iterable[Mode]) -> Mode | None:
     """The offered mode that `wanted` names: same size and scan; nearest refresh within tolerance.
 
-    A `wanted` without refresh takes the highest refresh offered at that size.
+    A `wanted` without refresh takes the highest refresh offered at that size. An offered
+    mode without refresh (sysfs `modes` lists none) matches any refresh asked at its size,
+    after every mode whose refresh is known.
     """
     same_size = [
         m
@@ -74,5 +76,9 @@ def find_mode(wanted: Mode, offered: Iterable[Mode]) -> Mode | None:
         return None
     if not wanted.refresh_mhz:
         return max(same_size, key=lambda m: m.refresh_mhz)
-    best = min(same_size, key=lambda m: abs(m.refresh_mhz - wanted.refresh_mhz))
-    return best if abs(best.refresh_mhz - wanted.refresh_mhz) <= _REFRESH_TOLERANCE_MHZ else None
+    known = [m for m in same_size if m.refresh_mhz]
+    if known:
+        best = min(known, key=lambda m: abs(m.refresh_mhz - wanted.refresh_mhz))
+        if abs(best.refresh_mhz - wanted.refresh_mhz) <= _REFRESH_TOLERANCE_MHZ:
+            return best
+    return next((m for m in same_size if not m.refresh_mhz), None)

@@ -42,3 +42,12 @@ def test_find_mode_tolerates_ntsc_rates_and_picks_highest_without_refresh() -> N
     assert find_mode(parse_mode("1920x1080@75"), offered) is None
     assert find_mode(parse_mode("2560x1440@60"), offered) is None
     assert find_mode(parse_mode("1920x1080i@60"), offered) is None
+
+
+def test_find_mode_matches_sysfs_modes_without_refresh_only_after_known_rates() -> None:
+    sysfs = Mode(1920, 1080)
+    assert find_mode(parse_mode("1920x1080@60"), [sysfs]) == sysfs
+    assert find_mode(parse_mode("1920x1080@60"), [sysfs, Mode(1920, 1080, 60000)]) == Mode(
+        1920, 1080, 60000
+    )
+    assert find_mode(parse_mode("1280x720@60"), [sysfs]) is None

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from libdisplay.display import DisplaySpec, DisplaySpecError, display_name, parse_spec
+from libdisplay.modes import Mode
+
+
+def test_display_name_joins_node_and_device() -> None:
+    assert display_name("kiosk-3", "card0-hdmi-a-1") == "kiosk-3.card0-hdmi-a-1"
+
+
+def test_display_name_of_long_nodes_stays_valid_and_distinct() -> None:
+    a = display_name("n" * 250 + "a", "card0-dp-1")
+    b = display_name("n" * 250 + "b", "card0-dp-1")
+    assert len(a) <= 253 and len(b) <= 253
+    assert a != b
+    assert a.endswith(".card0-dp-1")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (None, DisplaySpec()),
+        ({}, DisplaySpec()),
+        ({"mode": "preferred"}, DisplaySpec()),
+        ({"mode": "1280x720@60"}, DisplaySpec(mode=Mode(1280, 720, 60000))),
+        ({"transform": "rotate-90", "scale": 2}, DisplaySpec(transform="rotate-90", scale=2)),
+    ],
+    ids=["none", "empty", "preferred", "mode", "transform-scale"],
+)
+def test_parse_spec_accepts(spec: dict[str, object] | None, expected: DisplaySpec) -> None:
+    assert parse_spec(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ({"mode": "1920x1080@"}, "spec.mode"),
+        ({"mode": 60}, "spec.mode"),
+        ({"transform": "upside-down"}, "spec.transform"),
+        ({"scale": 0}, "spec.scale"),
+        ({"scale": True}, "spec.scale"),
+        ({"brightness": 50}, "brightness"),
+    ],
+    ids=["bad-mode", "mode-not-string", "bad-transform", "scale-zero", "scale-bool", "unknown"],
+)
+def test_parse_spec_rejects_naming_the_field(spec: dict[str, object], names: str) -> None:
+    with pytest.raises(DisplaySpecError, match=names):
+        parse_spec(spec)
