@@ -3,9 +3,42 @@ monitor's Display, and writes weston.ini, so the compositor starts at the right 
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+
 import click
 
 from libdisplay.cli import VERSION, setup_logging
+
+_sysfs_option = click.option(
+    "--sysfs-root",
+    envvar="SYSFS_ROOT",
+    default="/sys",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where sysfs is mounted (a simulated tree in tests).",
+)
+_dev_option = click.option(
+    "--dev-root",
+    envvar="DEV_ROOT",
+    default="/dev",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the claim's card nodes appear (<dev-root>/dri/cardN).",
+)
+
+
+def _aliases(values: tuple[str, ...]) -> dict[str, str]:
+    aliases = {}
+    for value in values:
+        connector, sep, name = value.partition("=")
+        if not sep or not connector or not name:
+            raise click.BadParameter(
+                f"{value!r} is not CONNECTOR=NAME", param_hint="--output-alias"
+            )
+        aliases[connector] = name
+    return aliases
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,6 +47,137 @@ from libdisplay.cli import VERSION, setup_logging
 def cli(verbose: int) -> None:
     """Write weston's config for the monitors on the claimed card."""
     setup_logging(verbose)
+
+
+@cli.command("declare")
+@_sysfs_option
+@_dev_option
+@click.option(
+    "--config",
+    envvar="WESTON_CONFIG",
+    default="/etc/weston/weston.ini",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The weston.ini to write.",
+)
+@click.option("--node-name", envvar="NODE_NAME", help="This node's name: Displays are per node.")
+@click.option(
+    "--api-server",
+    envvar="KUBE_API_SERVER",
+    help="API server URL; default: the pod's in-cluster service account.",
+)
+@click.option(
+    "--api-timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds for all Display reads together; then preferred modes.",
+)
+@click.option(
+    "--output-alias",
+    multiple=True,
+    metavar="CONNECTOR=NAME",
+    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
+)
+@click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
+def declare_cmd(
+    sysfs_root: Path,
+    dev_root: Path,
+    config: Path,
+    node_name: str | None,
+    api_server: str | None,
+    api_timeout: float,
+    output_alias: tuple[str, ...],
+    dry_run: bool,
+) -> None:
+    """Write weston.ini for the claimed card's connectors (the main mode); exits 0.
+
+    Each output starts at its Display's spec.mode, or at the monitor's preferred mode when
+    the API is unreachable, the Display is missing or the mode is not offered.
+    """
+    from declare.run import Settings, plan, write
+    from libdisplay import drm, kubeapi
+
+    endpoint: kubeapi.Endpoint | None
+    try:
+        endpoint = kubeapi.Endpoint(api_server) if api_server else kubeapi.in_cluster()
+    except kubeapi.ApiUnreachableError as err:
+        logging.getLogger("declare").warning("%s: every monitor starts at its preferred mode", err)
+        endpoint = None
+    settings = Settings(
+        sysfs_root=sysfs_root,
+        dev_root=dev_root,
+        config=config,
+        node_name=node_name,
+        endpoint=endpoint,
+        api_timeout_s=api_timeout,
+        aliases=_aliases(output_alias),
+    )
+    try:
+        if dry_run:
+            click.echo(plan(settings)[0], nl=False)
+        else:
+            write(settings)
+    except drm.DrmError as err:
+        raise click.ClickException(str(err)) from err
+
+
+@cli.command()
+@_sysfs_option
+@_dev_option
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
+    """List the delivered cards' connectors and the monitor on each (read-only)."""
+    from libdisplay import drm
+    from libdisplay.outputs import read_monitor
+
+    try:
+        cards = drm.enumerate_cards(sysfs_root=sysfs_root, dev_root=dev_root)
+    except drm.DrmError as err:
+        raise click.ClickException(str(err)) from err
+    rows = []
+    for card in cards:
+        for connector in card.connectors:
+            monitor = read_monitor(connector) if connector.connected else None
+            edid = monitor.edid if monitor else None
+            rows.append(
+                {
+                    "device": connector.device_name,
+                    "card": card.name,
+                    "pci_address": card.pci_address,
+                    "status": connector.status,
+                    "monitor": str(edid.identity) if edid else None,
+                    "model": edid.monitor_name if edid else None,
+                    "preferred": str(monitor.preferred) if monitor and monitor.preferred else None,
+                    "modes": len(monitor.offered) if monitor else 0,
+                    "i2c_bus": connector.i2c_bus,
+                }
+            )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(
+            f"{row['device']:<20} {row['status']:<13} {row['model'] or '-':<16} "
+            f"{row['preferred'] or '-':<16} {row['monitor'] or ''}"
+        )
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+def edid(files: tuple[Path, ...]) -> None:
+    """Decode EDID files: identity, name, preferred mode and every mode offered."""
+    from libdisplay.edid import EdidError, read_edid, summary
+
+    failed = False
+    for path in files:
+        try:
+            click.echo(f"{path}:\n{summary(read_edid(path))}")
+        except (OSError, EdidError) as err:
+            click.echo(f"{path}: {err}", err=True)
+            failed = True
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""The fault hooks and the policy over HTTP, for a fake running as its own process (the
+simulated node): `POST /_fakekube/<hook>` with a JSON body, `GET /_fakekube/requests`.
+Each hook maps one to one onto the `FakeKube` method of the same meaning.
+
+| path | body | FakeKube method |
+|---|---|---|
+| `compact` | - | `compact()` |
+| `fail-writes` | `count`, `code`, `retryAfter?`, `resource?` | `fail_next_writes(...)` |
+| `drop-watches` | `abrupt?` | `drop_watches(abrupt=)` |
+| `restart-count` | `namespace`, `pod`, `container`, `count`, `init?` | `set_restart_count(...)` |
+| `delete-node-slices` | `node`, `driver?` | `delete_node_slices(...)` |
+| `token` | `token`, `username`, `uid?`, `groups?`, `audiences?` | `policy.add_token(...)` |
+| `allow` | `verb`, `resource`, `user?`/`group?`, `apiGroup?`, `subresource?`, `namespace?`,
+  `name?` | `policy.allow(...)` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fakekube import patch, status
+
+if TYPE_CHECKING:
+    from fakekube.server import FakeKube
+
+JsonObject = dict[str, Any]
+
+
+def _field(body: JsonObject, name: str, kind: type, default: Any = ...) -> Any:
+    value = body.get(name, default)
+    if value is ... or (value is not None and not isinstance(value, kind)):
+        raise status.bad_request(f"field {name!r} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _compact(fake: FakeKube, body: JsonObject) -> JsonObject:
+    return {"resourceVersion": str(fake.compact())}
+
+
+def _fail_writes(fake: FakeKube, body: JsonObject) -> JsonObject:
+    try:
+        fake.fail_next_writes(_field(body, "count", int), _field(body, "code", int),
+                              retry_after=_field(body, "retryAfter", int, 1),
+                              resource=_field(body, "resource", str, None))
+    except ValueError as e:
+        raise status.bad_request(str(e)) from e
+    return {"pending": fake.faults.pending()}
+
+
+def _drop_watches(fake: FakeKube, body: JsonObject) -> JsonObject:
+    return {"dropped": fake.drop_watches(abrupt=_field(body, "abrupt", bool, False))}
+
+
+def _restart_count(fake: FakeKube, body: JsonObject) -> JsonObject:
+    return fake.set_restart_count(
+        _field(body, "namespace", str), _field(body, "pod", str), _field(body, "container", str),
+        _field(body, "count", int), init=_field(body, "init", bool, False))
+
+
+def _delete_node_slices(fake: FakeKube, body: JsonObject) -> JsonObject:
+    deleted = fake.delete_node_slices(_field(body, "node", str),
+                                      driver=_field(body, "driver", str, None))
+    return {"deleted": deleted}
+
+
+def _token(fake: FakeKube, body: JsonObject) -> JsonObject:
+    fake.policy.add_token(_field(body, "token", str), _field(body, "username", str),
+                          uid=_field(body, "uid", str, ""),
+                          groups=tuple(_field(body, "groups", list, [])),
+                          audiences=tuple(_field(body, "audiences", list, [])))
+    return {}
+
+
+def _allow(fake: FakeKube, body: JsonObject) -> JsonObject:
+    try:
+        fake.policy.allow(
+            _field(body, "verb", str), _field(body, "resource", str),
+            user=_field(body, "user", str, None), group=_field(body, "group", str, None),
+            api_group=_field(body, "apiGroup", str, ""),
+            subresource=_field(body, "subresource", str, ""),
+            namespace=_field(body, "namespace", str, None), name=_field(body, "name", str, None))
+    except ValueError as e:
+        raise status.bad_request(str(e)) from e
+    return {}
+
+
+_HOOKS: dict[str, Callable[[FakeKube, JsonObject], JsonObject]] = {
+    "compact": _compact,
+    "fail-writes": _fail_writes,
+    "drop-watches": _drop_watches,
+    "restart-count": _restart_count,
+    "delete-node-slices": _delete_node_slices,
+    "token": _token,
+    "allow": _allow,
+}
+
+
+def handle(fake: FakeKube, method: str, path: str, raw: bytes) -> tuple[int, JsonObject]:
+    hook = path.removeprefix("/_fakekube/")
+    if hook == "requests" and method == "GET":
+        return 200, {"items": [{"method": r.method, "path": r.path, "query": r.query,
+                                "status": r.status} for r in fake.requests.records()]}
+    if hook not in _HOOKS:
+        raise status.no_route()
+    if method != "POST":
+        raise status.method_not_allowed()
+    body = patch.decode_object(raw, patch.JSON) if raw else {}
+    return 200, _HOOKS[hook](fake, body)

@@ -1,0 +1,228 @@
+"""The `resource.k8s.io/v1` rules of the apiserver that a schema cannot express and the
+operator's publisher can trip over (`pkg/apis/resource/validation`, reference/dra.md §3):
+limits on devices, attributes and taints, name formats, one-of fields, immutable fields, and
+the DRADeviceTaints gate that silently drops `spec.devices[].taints` when off (the default on
+1.34 and 1.35) and stamps `timeAdded` when on.
+
+Only a subset is here: no checks of capacities' quantities, counters, node selectors' terms,
+binding conditions, or of ResourceClaim status against its allocation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fakekube.status import Cause
+
+JsonObject = dict[str, Any]
+
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS = 64  # 1.35+: any device with taints lowers the slice's limit
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_ATTRIBUTE_STRING = 64
+MAX_REQUESTS = 32
+MAX_SUBREQUESTS = 8
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(\.(0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*)?"
+    r"(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$"
+)
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
+
+
+def is_dns_subdomain(value: object, *, max_len: int = 253) -> bool:
+    return isinstance(value, str) and len(value) <= max_len and bool(_DNS_SUBDOMAIN.match(value))
+
+
+def is_dns_label(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def _invalid(path: str, message: str) -> Cause:
+    return Cause(path, "FieldValueInvalid", f"Invalid value: {message}")
+
+
+def _qualified_name_ok(name: str) -> bool:
+    domain, _, ident = name.rpartition("/")
+    if domain and not is_dns_subdomain(domain, max_len=63):
+        return False
+    return len(ident) <= 32 and bool(_C_IDENTIFIER.match(ident))
+
+
+def _taint_effects(minor: int) -> tuple[str, ...]:
+    return ("NoSchedule", "NoExecute", "None") if minor >= 35 else ("NoSchedule", "NoExecute")
+
+
+def prepare_slice(new: JsonObject, old: JsonObject | None, *, device_taints: bool,
+                  now: str) -> None:
+    """What the strategy does before validation: drop taints while the gate is off (unless the
+    stored object already uses them), stamp `timeAdded` on new taints while it is on."""
+    devices = (new.get("spec") or {}).get("devices") or []
+    old_uses = any(d.get("taints") for d in ((old or {}).get("spec") or {}).get("devices") or [])
+    for device in devices:
+        if not isinstance(device, dict) or "taints" not in device:
+            continue
+        if not device_taints and not old_uses:
+            del device["taints"]
+            continue
+        for taint in device.get("taints") or []:
+            if isinstance(taint, dict) and not taint.get("timeAdded"):
+                taint["timeAdded"] = now
+
+
+def _device_causes(device: JsonObject, path: str, minor: int) -> list[Cause]:
+    causes: list[Cause] = []
+    if not is_dns_label(device.get("name")):
+        causes.append(_invalid(f"{path}.name", f"{device.get('name')!r}: must be a DNS label"))
+    attrs = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    if len(attrs) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        causes.append(Cause(path, "FieldValueTooMany",
+                            f"Too many: {len(attrs) + len(capacity)}: must have at most "
+                            f"{MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined"))
+    for name in [*attrs, *capacity]:
+        if not _qualified_name_ok(name):
+            causes.append(_invalid(f"{path}.attributes[{name}]",
+                                   "must be a C identifier of at most 32 characters, optionally "
+                                   "prefixed by a DNS subdomain and '/'"))
+    for name, value in attrs.items():
+        causes.extend(_attribute_causes(value, f"{path}.attributes[{name}]"))
+    taints = device.get("taints") or []
+    max_taints = 4 if minor < 35 else 16
+    if len(taints) > max_taints:
+        causes.append(Cause(f"{path}.taints", "FieldValueTooMany",
+                            f"Too many: {len(taints)}: must have at most {max_taints} items"))
+    for j, taint in enumerate(taints):
+        tpath = f"{path}.taints[{j}]"
+        if not isinstance(taint.get("key"), str) or not _LABEL_KEY.match(taint["key"]):
+            causes.append(_invalid(f"{tpath}.key", f"{taint.get('key')!r}: must be a label key"))
+        if taint.get("effect") not in _taint_effects(minor):
+            causes.append(Cause(f"{tpath}.effect", "FieldValueNotSupported",
+                                f"Unsupported value: {taint.get('effect')!r}: supported values: "
+                                f"{', '.join(_taint_effects(minor))}"))
+    return causes
+
+
+def _attribute_causes(value: object, path: str) -> list[Cause]:
+    if not isinstance(value, dict):
+        return [_invalid(path, "must be an object")]
+    present = [k for k in _ATTRIBUTE_KINDS if value.get(k) is not None]
+    if len(present) != 1:
+        return [_invalid(path, f"exactly one value must be specified, got {present}")]
+    kind, item = present[0], value[present[0]]
+    if kind in ("string", "version") and len(str(item)) > MAX_ATTRIBUTE_STRING:
+        return [Cause(f"{path}.{kind}", "FieldValueTooLong",
+                      f"Too long: may not be more than {MAX_ATTRIBUTE_STRING} bytes")]
+    if kind == "version" and not _SEMVER.match(str(item)):
+        return [_invalid(f"{path}.version", f"{item!r}: must be a semantic version")]
+    return []
+
+
+def _node_selection_causes(spec: JsonObject) -> list[Cause]:
+    chosen = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+              if spec.get(k)]
+    if len(chosen) != 1:
+        return [Cause("spec", "FieldValueRequired" if not chosen else "FieldValueForbidden",
+                      "exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+                      f"`perDeviceNodeSelection` is required, got {chosen}")]
+    if "nodeName" in chosen and not is_dns_subdomain(spec["nodeName"]):
+        return [_invalid("spec.nodeName", f"{spec['nodeName']!r}: must be a DNS subdomain")]
+    return []
+
+
+def _pool_causes(pool: JsonObject) -> list[Cause]:
+    causes: list[Cause] = []
+    name = pool.get("name")
+    if not isinstance(name, str) or len(name) > 253 or not all(
+            is_dns_subdomain(part) for part in name.split("/")):
+        causes.append(_invalid("spec.pool.name",
+                               f"{name!r}: must be DNS subdomains separated by '/'"))
+    if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] <= 0:
+        causes.append(_invalid("spec.pool.resourceSliceCount", "must be greater than zero"))
+    if not isinstance(pool.get("generation"), int) or pool["generation"] < 0:
+        causes.append(_invalid("spec.pool.generation", "must be greater than or equal to 0"))
+    return causes
+
+
+def slice_causes(new: JsonObject, old: JsonObject | None, *, minor: int) -> list[Cause]:
+    spec = new.get("spec") or {}
+    causes: list[Cause] = []
+    if not is_dns_subdomain(spec.get("driver"), max_len=63):
+        causes.append(_invalid("spec.driver",
+                               f"{spec.get('driver')!r}: must be a DNS subdomain of at most 63"))
+    causes.extend(_pool_causes(spec.get("pool") or {}))
+    causes.extend(_node_selection_causes(spec))
+    devices = spec.get("devices") or []
+    limit = MAX_DEVICES
+    if minor >= 35 and any(d.get("taints") for d in devices):
+        limit = MAX_DEVICES_WITH_TAINTS
+    if len(devices) > limit:
+        causes.append(Cause("spec.devices", "FieldValueTooMany",
+                            f"Too many: {len(devices)}: must have at most {limit} items"))
+    seen: set[str] = set()
+    for i, device in enumerate(devices):
+        causes.extend(_device_causes(device, f"spec.devices[{i}]", minor))
+        if device.get("name") in seen:
+            causes.append(Cause(f"spec.devices[{i}].name", "FieldValueDuplicate",
+                                f"Duplicate value: {device.get('name')!r}"))
+        seen.add(str(device.get("name")))
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for path, a, b in (("spec.driver", spec.get("driver"), old_spec.get("driver")),
+                           ("spec.pool.name", (spec.get("pool") or {}).get("name"),
+                            (old_spec.get("pool") or {}).get("name")),
+                           ("spec.nodeName", spec.get("nodeName"), old_spec.get("nodeName"))):
+            if a != b:
+                causes.append(Cause(path, "FieldValueInvalid", "field is immutable"))
+    return causes
+
+
+def _request_causes(request: JsonObject, path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    if not is_dns_label(request.get("name")):
+        causes.append(_invalid(f"{path}.name", f"{request.get('name')!r}: must be a DNS label"))
+    chosen = [k for k in ("exactly", "firstAvailable") if request.get(k)]
+    if len(chosen) != 1:
+        causes.append(Cause(path, "FieldValueRequired",
+                            f"exactly one of `exactly` or `firstAvailable` is required, got "
+                            f"{chosen}"))
+        return causes
+    subs = [request["exactly"]] if chosen == ["exactly"] else request["firstAvailable"]
+    if len(subs) > MAX_SUBREQUESTS:
+        causes.append(Cause(f"{path}.firstAvailable", "FieldValueTooMany",
+                            f"Too many: {len(subs)}: must have at most {MAX_SUBREQUESTS} items"))
+    for j, sub in enumerate(subs):
+        spath = f"{path}.exactly" if chosen == ["exactly"] else f"{path}.firstAvailable[{j}]"
+        if not is_dns_subdomain(sub.get("deviceClassName")):
+            causes.append(Cause(f"{spath}.deviceClassName", "FieldValueRequired",
+                                "Required value: a DNS subdomain"))
+    return causes
+
+
+def claim_causes(new: JsonObject, old: JsonObject | None) -> list[Cause]:
+    if old is not None:
+        if new.get("spec") != old.get("spec"):
+            return [Cause("spec", "FieldValueInvalid", "field is immutable")]
+        return []
+    requests = ((new.get("spec") or {}).get("devices") or {}).get("requests") or []
+    causes: list[Cause] = []
+    if len(requests) > MAX_REQUESTS:
+        causes.append(Cause("spec.devices.requests", "FieldValueTooMany",
+                            f"Too many: {len(requests)}: must have at most {MAX_REQUESTS} items"))
+    names: set[str] = set()
+    for i, request in enumerate(requests):
+        causes.extend(_request_causes(request, f"spec.devices.requests[{i}]"))
+        if request.get("name") in names:
+            causes.append(Cause(f"spec.devices.requests[{i}].name", "FieldValueDuplicate",
+                                f"Duplicate value: {request.get('name')!r}"))
+        names.add(str(request.get("name")))
+    return causes

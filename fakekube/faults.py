@@ -1,0 +1,93 @@
+"""Injected write failures and the request log tests assert on.
+
+A queued `WriteFault` answers the next write (POST, PUT, PATCH, DELETE; optionally only for one
+resource plural) instead of the store: 409 Conflict, 429 TooManyRequests with `Retry-After`, or
+500 InternalError, each as the Status body the apiserver would send.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Literal
+
+from fakekube import status
+
+FaultCode = Literal[409, 429, 500]
+FAULT_CODES: tuple[FaultCode, ...] = (409, 429, 500)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFault:
+    code: FaultCode
+    retry_after: int = 1
+    resource: str | None = None
+
+    def failure(self, res: status.Resource) -> status.ApiFailure:
+        if self.code == 409:
+            return status.conflict(res, status.STALE)
+        if self.code == 429:
+            return status.too_many_requests(self.retry_after)
+        return status.internal_error("injected by fakekube")
+
+
+class Faults:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[WriteFault] = collections.deque()
+
+    def fail_next_writes(self, count: int, code: FaultCode, *, retry_after: int = 1,
+                         resource: str | None = None) -> None:
+        if code not in FAULT_CODES:
+            raise ValueError(f"code {code} is not one of {FAULT_CODES}")
+        if count < 1 or retry_after < 0:
+            raise ValueError(f"count {count} must be >= 1 and retry_after {retry_after} >= 0")
+        with self._lock:
+            self._queue.extend([WriteFault(code, retry_after, resource)] * count)
+
+    def take(self, plural: str) -> WriteFault | None:
+        """The first queued fault for this resource, removed from the queue."""
+        with self._lock:
+            for fault in self._queue:
+                if fault.resource in (None, plural):
+                    self._queue.remove(fault)
+                    return fault
+            return None
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request as answered: method, path without query, raw query, HTTP status."""
+
+    method: str
+    path: str
+    query: str
+    status: int
+
+    def param(self, name: str) -> str | None:
+        values = urllib.parse.parse_qs(self.query, keep_blank_values=True).get(name)
+        return values[-1] if values else None
+
+
+class RequestLog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[RequestRecord] = []
+
+    def add(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+
+    def records(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._records.clear()

@@ -1,0 +1,137 @@
+"""TokenReview and SubjectAccessReview answers from a policy the test configures, standing in
+for the apiserver's authenticators and RBAC: tokens map to users, and allow rules
+(user or group, verb, API group, resource, subresource, namespace, name) grant access; anything
+not allowed is denied. `*` in a rule (and `None` for namespace and name) matches anything.
+Non-resource requests (`nonResourceAttributes`) are always denied.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from fakekube import status
+from fakekube.status import Cause
+
+JsonObject = dict[str, Any]
+DEFAULT_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    audiences: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    verb: str
+    resource: str
+    user: str | None = None
+    group: str | None = None
+    api_group: str = ""
+    subresource: str = ""
+    namespace: str | None = None
+    name: str | None = None
+
+    def grants(self, user: str, groups: tuple[str, ...], attrs: JsonObject) -> bool:
+        if self.user is not None and self.user != user:
+            return False
+        if self.group is not None and self.group not in groups:
+            return False
+        return (
+            self.verb in ("*", attrs.get("verb", ""))
+            and self.resource in ("*", attrs.get("resource", ""))
+            and self.api_group in ("*", attrs.get("group", ""))
+            and self.subresource in ("*", attrs.get("subresource", ""))
+            and self.namespace in (None, attrs.get("namespace", ""))
+            and self.name in (None, attrs.get("name", ""))
+        )
+
+
+class Policy:
+    """Who a token is and what they may do. Safe to change while the server runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, Identity] = {}
+        self._rules: list[Rule] = []
+
+    def add_token(self, token: str, username: str, *, uid: str = "",
+                  groups: tuple[str, ...] = (), audiences: tuple[str, ...] = ()) -> None:
+        with self._lock:
+            self._tokens[token] = Identity(username, uid, groups, audiences)
+
+    def allow(self, verb: str, resource: str, *, user: str | None = None,
+              group: str | None = None, api_group: str = "", subresource: str = "",
+              namespace: str | None = None, name: str | None = None) -> None:
+        if (user is None) == (group is None):
+            raise ValueError("allow() needs exactly one of user= or group=")
+        with self._lock:
+            self._rules.append(Rule(verb, resource, user, group, api_group, subresource,
+                                    namespace, name))
+
+    def identity(self, token: str) -> Identity | None:
+        with self._lock:
+            return self._tokens.get(token)
+
+    def allowed(self, user: str, groups: tuple[str, ...], attrs: JsonObject) -> bool:
+        with self._lock:
+            return any(r.grants(user, groups, attrs) for r in self._rules)
+
+
+def _review_resource(kind: str, group: str, plural: str, body: JsonObject) -> status.Resource:
+    return status.Resource(group, plural, kind, str(body.get("metadata", {}).get("name", "")))
+
+
+def token_review(policy: Policy, body: JsonObject) -> JsonObject:
+    spec = body.get("spec") or {}
+    token = spec.get("token")
+    if not isinstance(token, str) or not token:
+        res = _review_resource("TokenReview", "authentication.k8s.io", "tokenreviews", body)
+        raise status.invalid(res, [Cause("spec.token", "FieldValueRequired", "Required value")])
+    wanted = tuple(spec.get("audiences") or ())
+    who = policy.identity(token)
+    result: JsonObject
+    if who is None:
+        result = {"user": {}, "error": "[invalid bearer token, token lookup failed]"}
+    else:
+        token_audiences = who.audiences or (DEFAULT_AUDIENCE,)
+        granted = [a for a in (wanted or token_audiences) if a in token_audiences]
+        if not granted:
+            result = {"user": {}, "error": "[invalid bearer token, token audiences "
+                                           f"{list(token_audiences)} is invalid for the target "
+                                           f"audiences {list(wanted)}]"}
+        else:
+            user: JsonObject = {"username": who.username, "groups": list(who.groups)}
+            if who.uid:
+                user["uid"] = who.uid
+            result = {"authenticated": True, "user": user, "audiences": granted}
+    return {**body, "metadata": body.get("metadata") or {}, "status": result}
+
+
+def access_review(policy: Policy, body: JsonObject) -> JsonObject:
+    spec = body.get("spec") or {}
+    causes = []
+    if not spec.get("user") and not spec.get("groups"):
+        causes.append(Cause("spec.user", "FieldValueInvalid",
+                            "Invalid value: \"\": at least one of user or group must be specified"))
+    if bool(spec.get("resourceAttributes")) == bool(spec.get("nonResourceAttributes")):
+        causes.append(Cause("spec.resourceAttributes", "FieldValueInvalid",
+                            "exactly one of nonResourceAttributes or resourceAttributes must be "
+                            "specified"))
+    if causes:
+        res = _review_resource("SubjectAccessReview", "authorization.k8s.io",
+                               "subjectaccessreviews", body)
+        raise status.invalid(res, causes)
+    attrs = spec.get("resourceAttributes")
+    user = str(spec.get("user") or "")
+    groups = tuple(spec.get("groups") or ())
+    if attrs and policy.allowed(user, groups, attrs):
+        result: JsonObject = {"allowed": True, "reason": "allowed by fakekube policy"}
+    else:
+        result = {"allowed": False, "reason": "no fakekube policy rule allows this request"}
+    return {**body, "metadata": body.get("metadata") or {}, "status": result}

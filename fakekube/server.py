@@ -1,0 +1,240 @@
+"""FakeKube: an in-process Kubernetes API server for tests, driven by the real lightkube client
+over real HTTP on 127.0.0.1, plus the fault hooks and logs tests assert on.
+
+    with FakeKube() as fake:
+        client = fakekube.client.sync_client(fake.url)
+
+What it does as the apiserver does: a global resourceVersion; uid, creationTimestamp,
+generation (bumped when anything but metadata/status changes), generateName; 201 on create;
+409 AlreadyExists and Conflict (stale resourceVersion on PUT/PATCH/DELETE preconditions);
+Status bodies for 400/404/405/409/410/415/422/429/500; the status subresource (a main write keeps
+status, `/status` changes only status); merge and JSON patch; label and field selectors (with
+the per-kind field labels; ResourceSlices accept only metadata.name, spec.nodeName, spec.driver);
+list `metadata.resourceVersion`, `limit`/`continue`; watches with synthetic ADDED from "0", replay
+from N, an ERROR 410 from a compacted N, `timeoutSeconds`, selector transitions as ADDED/DELETED;
+no-op updates answered without a write; pruning of unknown fields with a `Warning` header
+(`fieldValidation=Strict`: 400); built-in schemas from kubernetes_validate (400 on a wrong type,
+422 on a missing required field); CRD structural pruning, defaults and schema validation; the DRA
+rules of `fakekube.dra` and the DRADeviceTaints gate; delete answering the object (or a Success
+Status for Nodes), finalizers holding a deleting object, deletecollection; namespaces that must
+exist; `dryRun=All`.
+
+Known gaps (a test that needs one of these needs a real cluster):
+- Strategic merge patch is a plain merge patch: lists are replaced, not merged by key, and the
+  `$patch` directives are not understood.
+- Server-side apply is a merge-create-or-update: no managedFields, no field ownership, no
+  conflicts between managers, and fields a manager stops sending are not removed.
+- No defaulting of built-in kinds (no `restartPolicy`, `allocationMode: ExactCount`, QoS class,
+  ...), no admission plugins, no CEL (neither CRD `x-kubernetes-validations`, nor
+  ValidatingAdmissionPolicy, nor DeviceClass selectors), no enum or format checks, and the Go
+  validation of built-in kinds only as far as `fakekube.dra` goes (nothing for Pods, Nodes,
+  Namespaces beyond names).
+- No authentication or authorization of requests: every request is allowed. TokenReview and
+  SubjectAccessReview answer from `FakeKube.policy`, not from RBAC objects.
+- No discovery (`/api`, `/apis`, OpenAPI): lightkube does not need it; kubectl does.
+- Only the kinds in `fakekube.kinds.BUILTIN_KINDS` plus registered CRDs are served; no
+  subresources but `status` (no pod logs, exec, binding, eviction, scale).
+- Custom resources of several versions share one stored object (conversion `None`); no webhooks.
+- Deletion is immediate: no graceful pod termination, namespaces are not Terminating while their
+  objects go, owner references are collected at once (background only; foreground and
+  `blockOwnerDeletion` are not modelled; a dependent keeps references to owners that are gone).
+- `continue` pages read the current state after the last key, not a snapshot at the list's
+  resourceVersion; `resourceVersionMatch` is ignored; a watch from a resourceVersion newer than
+  the store waits instead of answering "too large resource version".
+- No watch bookmarks, no `sendInitialEvents`, no HTTP/2, no protobuf, no TLS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from http.server import ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from fakekube.faults import FaultCode, Faults, RequestLog, RequestRecord
+from fakekube.handler import Handler
+from fakekube.kinds import Kind, Registry
+from fakekube.rest import Api, Options, Target
+from fakekube.reviews import Policy
+from fakekube.store import Event, Store
+
+log = logging.getLogger(__name__)
+JsonObject = dict[str, Any]
+_JOIN_SECONDS = 5.0
+_POLL_SECONDS = 0.05  # how long stop() waits for serve_forever to notice
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that knows its connections, so stop() can end them and reap their
+    threads instead of leaving keep-alive and watch threads behind."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], fake: FakeKube) -> None:
+        super().__init__(address, Handler)
+        self.fake = fake
+        self._lock = threading.Lock()
+        self._open: dict[threading.Thread, socket.socket] = {}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._serve, args=(request, client_address),
+                                  name="fakekube-conn", daemon=True)
+        with self._lock:
+            self._open[thread] = request
+        thread.start()
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except OSError:
+            log.debug("fakekube connection from %s ended", client_address)
+        finally:
+            self.shutdown_request(request)
+            with self._lock:
+                self._open.pop(threading.current_thread(), None)
+
+    def close_connections(self) -> None:
+        with self._lock:
+            open_now = dict(self._open)
+        for sock in open_now.values():
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for thread in open_now:
+            thread.join(_JOIN_SECONDS)
+
+
+class FakeKube:
+    """The fake apiserver. `start()` serves on a background thread; `stop()` ends every
+    connection and joins every thread it started. Also a context manager."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, kube_version: str = "1.34",
+                 device_taints: bool = True, history_limit: int = 100_000) -> None:
+        self.store = Store(history_limit=history_limit)
+        self.registry = Registry()
+        self.policy = Policy()
+        self.faults = Faults()
+        self.requests = RequestLog()
+        self.api = Api(self.store, self.registry, self.policy,
+                       Options(kube_version, device_taints))
+        self._httpd = _HttpServer((host, port), self)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeKube:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                            kwargs={"poll_interval": _POLL_SECONDS},
+                                            name="fakekube", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(_JOIN_SECONDS)
+            self._thread = None
+        self.store.close_watches(abrupt=False)
+        self._httpd.close_connections()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeKube:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- objects, without HTTP (same checks as over HTTP) ---------------------------------------
+
+    def _kind(self, api_version: str, kind: str) -> tuple[Kind, str]:
+        group, _, version = api_version.rpartition("/")
+        found = self.registry.by_kind(kind, group=group)
+        if version not in found.versions:
+            raise LookupError(f"{kind} is not served at {api_version}")
+        return found, version
+
+    def create(self, obj: JsonObject) -> JsonObject:
+        """Create `obj` (any served kind, by its apiVersion and kind); returns the stored object.
+        Namespaced objects without a namespace go to "default"."""
+        kind, version = self._kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        ns = (obj.get("metadata") or {}).get("namespace") or "default"
+        t = Target(kind, version, ns if kind.namespaced else None)
+        return self.api.create(t, obj, {}).body
+
+    def register_crd(self, crd: JsonObject) -> Kind:
+        """Serve the kind a CustomResourceDefinition object (a dict, as in its YAML) defines."""
+        stored = self.create(crd)
+        spec = stored["spec"]
+        return self.registry.by_kind(spec["names"]["kind"], group=spec["group"])
+
+    def get(self, api_version: str, kind: str, name: str, *,
+            namespace: str | None = None) -> JsonObject | None:
+        found, _ = self._kind(api_version, kind)
+        return self.store.get(found.key, (namespace or "") if found.namespaced else "", name)
+
+    def objects(self, api_version: str, kind: str, *,
+                namespace: str | None = None) -> list[JsonObject]:
+        found, _ = self._kind(api_version, kind)
+        return self.store.items(found.key, namespace)
+
+    @property
+    def events(self) -> list[Event]:
+        """Every change since start, oldest first (never compacted)."""
+        with self.store.lock:
+            return list(self.store.log)
+
+    def request_log(self) -> list[RequestRecord]:
+        return self.requests.records()
+
+    # -- fault hooks -----------------------------------------------------------------------------
+
+    def compact(self) -> int:
+        """Forget the event history: a watch from an older resourceVersion gets 410 Expired.
+        Returns the resourceVersion compacted at."""
+        return self.store.compact()
+
+    def fail_next_writes(self, count: int, code: FaultCode, *, retry_after: int = 1,
+                         resource: str | None = None) -> None:
+        """Answer the next `count` writes (of `resource`, a plural, if given) with 409, 429
+        (with Retry-After) or 500 instead of performing them."""
+        self.faults.fail_next_writes(count, code, retry_after=retry_after, resource=resource)
+
+    def drop_watches(self, *, abrupt: bool = False) -> int:
+        """End every open watch stream: cleanly (as an apiserver restart or timeout does;
+        lightkube re-watches from the last resourceVersion it saw) or, with `abrupt`, by cutting
+        the connection mid-stream. Returns how many were open."""
+        return self.store.close_watches(abrupt=abrupt)
+
+    def set_restart_count(self, namespace: str, pod: str, container: str, count: int, *,
+                          init: bool = False) -> JsonObject:
+        """Set `status.containerStatuses[name=container].restartCount` (or the init container's)
+        as the kubelet reports it; adds the container status if the pod has none yet."""
+        kind = self.registry.by_kind("Pod", group="")
+        field = "initContainerStatuses" if init else "containerStatuses"
+
+        def change(obj: JsonObject) -> None:
+            statuses = obj.setdefault("status", {}).setdefault(field, [])
+            entry = next((s for s in statuses if s.get("name") == container), None)
+            if entry is None:
+                entry = {"name": container, "ready": False, "image": "", "imageID": ""}
+                statuses.append(entry)
+            entry["restartCount"] = count
+
+        t = Target(kind, "v1", namespace, pod, "status")
+        return self.api.mutate(t, change).body
+
+    def delete_node_slices(self, node: str, *, driver: str | None = None) -> list[str]:
+        """Delete the ResourceSlices of `node` (of one driver, if given), as the kubelet does
+        when it starts; returns the names deleted."""
+        kind = self.registry.by_kind("ResourceSlice", group="resource.k8s.io")
+        selector = f"spec.nodeName={node}" + (f",spec.driver={driver}" if driver else "")
+        reply = self.api.delete_collection(Target(kind, "v1"), {"fieldSelector": selector})
+        return [item["metadata"]["name"] for item in reply.body["items"]]
+
