@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds a release's five images with podman, all at one tag:
+#   <registry>/display-declare, -weston, -operator, -capture and
+#   <registry>/display-operator-cli.
+# liken's CLI takes the image of the DaemonSet's first container
+# (display-operator) and pulls its -cli image at the same tag, so the -cli
+# image is only ever built here, beside the others, at their tag.
+#
+# The tag defaults to the binaries' version (libdisplay.__version__), the
+# tag overlays/release sets. The PEXes come from `pants package` of the
+# four binaries (dist/<binary>/<binary>.pex). No registry is reachable to
+# pull a base image, so the bases are Debian bookworm root filesystems
+# made with mmdebstrap from the host's apt sources and imported into
+# podman as localhost/display-base-<name>:bookworm; each is made once and
+# reused. Needs mmdebstrap and podman (apt-get install mmdebstrap podman).
+#
+# usage: deploy/images/build.sh [--registry REGISTRY] [--tag TAG] [--dry-run]
+#   --dry-run prints the commands instead of running them.
+set -euo pipefail
+
+registry=ghcr.io/liken-sh
+tag=""
+dry_run=false
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --registry) registry=$2; shift 2 ;;
+    --tag) tag=$2; shift 2 ;;
+    --dry-run) dry_run=true; shift ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+images="$repo_root/deploy/images"
+if [[ -z $tag ]]; then
+  tag=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo_root/libdisplay/__init__.py")
+  [[ -n $tag ]] || { echo "build.sh: no __version__ in libdisplay/__init__.py" >&2; exit 1; }
+fi
+sources=${DEBIAN_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+
+run() {
+  if $dry_run; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+# The Debian packages of each base. python3.11 is bookworm's Python (it
+# installs no `python3` name; the images call python3.11 by path).
+declare -A base_packages=(
+  [python]="python3.11"
+  [weston]="python3.11,weston,wayland-utils"
+  [build]="gcc,libc6-dev,pkg-config,weston,libweston-10-dev"
+  [ffmpeg]="python3.11,ffmpeg,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
+  [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil"
+)
+
+base() {
+  local name=$1 image="localhost/display-base-$1:bookworm"
+  if ! $dry_run && podman image exists "$image"; then
+    echo "$image"
+    return
+  fi
+  local rootfs
+  rootfs=$(mktemp --suffix=.tar)
+  run mmdebstrap --variant=essential --include="${base_packages[$name]}" \
+    --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    bookworm "$rootfs" "$sources" >&2
+  run podman import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin' \
+    "$rootfs" "$image" >&2
+  rm -f "$rootfs"
+  echo "$image"
+}
+
+if ! $dry_run; then
+  for binary in declare westonctl draplugin capture; do
+    pex="$repo_root/dist/$binary/$binary.pex"
+    [[ -f $pex ]] || {
+      echo "build.sh: $pex is missing; run ./pants package $binary:$binary" >&2
+      exit 1
+    }
+  done
+fi
+
+python_base=$(base python)
+weston_base=$(base weston)
+build_base=$(base build)
+ffmpeg_base=$(base ffmpeg)
+cli_base=$(base cli)
+
+run podman build -f "$images/declare/Dockerfile" \
+  --build-arg BASE_IMAGE="$python_base" \
+  -t "$registry/display-declare:$tag" "$repo_root"
+run podman build -f "$images/weston/Dockerfile" \
+  --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
+  -t "$registry/display-weston:$tag" "$repo_root"
+run podman build -f "$images/operator/Dockerfile" \
+  --build-arg BASE_IMAGE="$weston_base" \
+  -t "$registry/display-operator:$tag" "$repo_root"
+run podman build -f "$images/capture/Dockerfile" \
+  --build-arg BASE_IMAGE="$ffmpeg_base" \
+  -t "$registry/display-capture:$tag" "$repo_root"
+run podman build -f "$images/cli/Dockerfile" \
+  --build-arg BASE_IMAGE="$cli_base" \
+  -t "$registry/display-operator-cli:$tag" "$repo_root"

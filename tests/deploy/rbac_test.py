@@ -1,0 +1,102 @@
+"""The operator's ServiceAccount is granted exactly the verbs its code uses, and nothing more.
+
+EXPECTED is the documented list (deploy/base/cluster/clusterroles.yaml says which caller uses
+each verb). It must change together with the code: a new API call in declare, draplugin or
+capture needs a line here and in the ClusterRole, and a call that goes away takes its line
+with it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, render
+
+# (API group, resource, verb, scope) -> the caller that needs it.
+EXPECTED: dict[tuple[str, str, str, str], str] = {
+    **{
+        ("resource.k8s.io", "resourceslices", verb, "cluster"): "operator"
+        for verb in ("create", "get", "list", "watch", "update", "patch", "delete")
+    },
+    ("resource.k8s.io", "resourceclaims", "get", "cluster"): "operator",
+    **{
+        ("display.liken.sh", "displays", verb, "cluster"): "declare, operator"
+        for verb in ("get", "list", "watch", "create", "patch", "update")
+    },
+    ("display.liken.sh", "displays/status", "patch", "cluster"): "operator",
+    ("display.liken.sh", "displays/status", "update", "cluster"): "operator",
+    ("", "nodes", "get", "cluster"): "operator",
+    ("", "pods", "get", "namespace"): "operator",
+    ("authentication.k8s.io", "tokenreviews", "create", "cluster"): "capture",
+    ("authorization.k8s.io", "subjectaccessreviews", "create", "cluster"): "capture",
+}
+CAPTURE_ONLY = {key for key, caller in EXPECTED.items() if caller == "capture"}
+
+
+def _granted(rendering: str) -> set[tuple[str, str, str, str]]:
+    """Every (group, resource, verb, scope) a role bound to the ServiceAccount grants."""
+    docs = render(rendering)
+    granted = set()
+    for binding in docs:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        if not any(s["name"] == "display-operator" for s in binding["subjects"]):
+            continue
+        role: Doc = find(docs, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        scope = "cluster" if binding["kind"] == "ClusterRoleBinding" else "namespace"
+        for rule in role["rules"]:
+            granted |= {
+                (group, resource, verb, scope)
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
+            }
+    return granted
+
+
+def _expected(rendering: str) -> set[tuple[str, str, str, str]]:
+    return set(EXPECTED) - CAPTURE_ONLY if rendering == "no-capture" else set(EXPECTED)
+
+
+@pytest.mark.parametrize("rendering", OPERATOR_RENDERINGS)
+def test_service_account_gets_exactly_the_documented_verbs(rendering: str) -> None:
+    assert _granted(rendering) == _expected(rendering)
+
+
+@pytest.mark.parametrize("rendering", OPERATOR_RENDERINGS)
+def test_no_rule_names_resources_or_uses_wildcards(rendering: str) -> None:
+    """A wildcard would pass the set comparison above by listing '*' as one verb."""
+    rules = [
+        rule
+        for doc in render(rendering)
+        if doc["kind"] in ("ClusterRole", "Role")
+        for rule in doc["rules"]
+    ]
+    assert not [
+        rule
+        for rule in rules
+        if "resourceNames" in rule
+        or "nonResourceURLs" in rule
+        or "*" in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+    ]
+
+
+def test_every_role_is_bound_to_the_service_account() -> None:
+    """A role nothing binds would be dead text that still reads as a grant."""
+    docs = render("base")
+    roles = {
+        (d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("ClusterRole", "Role")
+    }
+    bound = {
+        (d["roleRef"]["kind"], d["roleRef"]["name"])
+        for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+    }
+    assert roles == bound
+
+
+def test_clusterroles_comment_lists_every_resource_it_grants() -> None:
+    """The verbs-per-caller comment in clusterroles.yaml names every resource granted."""
+    text = (DEPLOY / "base" / "cluster" / "clusterroles.yaml").read_text()
+    comment = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert not [resource for _, resource, _, _ in EXPECTED if f"{resource}:" not in comment]
