@@ -79,6 +79,13 @@ def cli(verbose: int) -> None:
     metavar="CONNECTOR=NAME",
     help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
 )
+@click.option(
+    "--shell",
+    envvar="WESTON_SHELL",
+    default="layout.so",
+    show_default=True,
+    help="weston's shell: the layout module, or a stock shell for tests.",
+)
 @click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
 def declare_cmd(
     sysfs_root: Path,
@@ -88,6 +95,7 @@ def declare_cmd(
     api_server: str | None,
     api_timeout: float,
     output_alias: tuple[str, ...],
+    shell: str,
     dry_run: bool,
 ) -> None:
     """Write weston.ini for the claimed card's connectors (the main mode); exits 0.
@@ -112,6 +120,7 @@ def declare_cmd(
         endpoint=endpoint,
         api_timeout_s=api_timeout,
         aliases=_aliases(output_alias),
+        shell=shell,
     )
     try:
         if dry_run:

@@ -10,11 +10,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from libdisplay import display, drm, fsutil, kubeapi
-from libdisplay.outputs import Choice, choose_all, compose_ini
+from libdisplay.outputs import (
+    DEFAULT_CORE,
+    LAYOUT_SHELL,
+    Choice,
+    LayoutSockets,
+    choose_all,
+    compose_ini,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +39,8 @@ class Settings:
     api_timeout_s: float
     """The budget for all Display reads together, not per read."""
     aliases: Mapping[str, str]
+    shell: str = LAYOUT_SHELL
+    """weston's shell: the layout module, or a stock shell where it is not built."""
 
 
 def read_specs(
@@ -96,7 +105,12 @@ def plan(settings: Settings) -> tuple[str, tuple[Choice, ...]]:
     for choice in choices:
         for warning in choice.warnings:
             log.warning("%s", warning)
-    return compose_ini(choices).render(), choices
+    ini = compose_ini(
+        choices,
+        core=replace(DEFAULT_CORE, shell=settings.shell),
+        layout=LayoutSockets.beside(settings.config),
+    )
+    return ini.render(), choices
 
 
 def write(settings: Settings) -> tuple[Choice, ...]:

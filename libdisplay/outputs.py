@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from libdisplay.display import DisplaySpec
@@ -24,8 +25,27 @@ log = logging.getLogger(__name__)
 
 Source = Literal["claim", "display", "preferred", "disconnected"]
 
+# The layout module is weston's shell (westonctl/layout); weston finds it in its module dir.
+LAYOUT_SHELL = "layout.so"
 # The compositor never blanks a screen on its own: signage and dashboards have no input.
-DEFAULT_CORE = CoreConfig(require_outputs="none", idle_time=0)
+DEFAULT_CORE = CoreConfig(shell=LAYOUT_SHELL, require_outputs="none", idle_time=0)
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutSockets:
+    """The layout module's two sockets, in /etc/weston: out of every consumer's reach."""
+
+    control: Path = Path("/etc/weston/layout.sock")
+    capture: Path = Path("/etc/weston/capture.sock")
+
+    @classmethod
+    def beside(cls, config: Path) -> LayoutSockets:
+        """The sockets in the directory of weston.ini (/etc/weston in the pod)."""
+        return cls(control=config.parent / "layout.sock", capture=config.parent / "capture.sock")
+
+    def section(self) -> str:
+        return f"[layout]\ncontrol-socket={self.control}\ncapture-socket={self.capture}\n"
+
 
 _HEADER = (
     "# Written by display-operator; rewritten at every pod start and whenever a claim\n"
@@ -153,9 +173,15 @@ def choose_all(
     return tuple(choices)
 
 
-def compose_ini(choices: Iterable[Choice], *, core: CoreConfig = DEFAULT_CORE) -> WestonIni:
-    """weston.ini for these choices: `[core]`, then one `[output]` per connector."""
-    ini = WestonIni.parse(_HEADER).with_core(core)
+def compose_ini(
+    choices: Iterable[Choice],
+    *,
+    core: CoreConfig = DEFAULT_CORE,
+    layout: LayoutSockets | None = None,
+) -> WestonIni:
+    """weston.ini for these choices: `[core]`, the layout module's sockets, one `[output]` each."""
+    layout = layout or LayoutSockets()
+    ini = WestonIni.parse(_HEADER + "\n" + layout.section()).with_core(core)
     for choice in choices:
         ini = ini.with_output(choice.output)
     return ini

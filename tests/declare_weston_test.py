@@ -1,5 +1,8 @@
 """declare and westonctl, as built PEXes, bring a simulated card's monitors up at the right modes.
 
+weston runs with the config exactly as declare writes it for the pod, the layout module as
+its shell included (built from westonctl/layout as the weston image builds it).
+
 A simulated card with three monitors (sysfs in the kernel's format, EDIDs from the builder),
 their Display objects in the fake apiserver, and real weston 10 on the x11 backend over Xvfb,
 whose outputs X1..X3 stand for the connectors (declare's --output-alias maps them). Each
@@ -67,8 +70,17 @@ def kube() -> Iterator[FakeKube]:
         yield fake
 
 
+@pytest.fixture(scope="module")
+def layout_shell(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layout module, built from source as the weston image builds it."""
+    out = tmp_path_factory.mktemp("layout") / "layout.so"
+    build = Path(__file__).resolve().parents[1] / "westonctl" / "layout" / "build.sh"
+    subprocess.run(["sh", str(build), str(out)], check=True, timeout=300)
+    return out
+
+
 def test_outputs_come_up_at_their_display_modes_or_preferred(
-    kube: FakeKube, pex_root: Path, tmp_path: Path
+    kube: FakeKube, pex_root: Path, tmp_path: Path, layout_shell: Path
 ) -> None:
     root = tmp_path / "node"
     write_tree(root, SimCard(connectors=tuple(_connector(n, i) for i, n in enumerate(MONITORS, 1))))
@@ -83,6 +95,7 @@ def test_outputs_come_up_at_their_display_modes_or_preferred(
             f"--config={config}",
             f"--node-name={NODE}",
             f"--api-server={kube.url}",
+            f"--shell={layout_shell}",
             *aliases,
         ],
         env=pex_env(pex_root),
@@ -120,4 +133,6 @@ def test_outputs_come_up_at_their_display_modes_or_preferred(
             what="weston answering",
         ):
             outputs = {o.name: str(o.mode) for o in list_outputs(socket, timeout=10.0)}
+            # The layout module runs as the shell, with its sockets beside weston.ini.
+            assert (config.parent / "layout.sock").is_socket()
     assert outputs == EXPECTED

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from libdisplay import layout
+from libdisplay.layout import (
+    ClaimSocket,
+    Frame,
+    FrameHeader,
+    LayoutClosedError,
+    LayoutConnectError,
+    LayoutControl,
+    LayoutProtocolError,
+    LayoutReplyError,
+    LayoutTimeoutError,
+    LayoutUsageError,
+)
+
+
+def test_encode_create() -> None:
+    assert (
+        layout.encode_create(Path("/run/d/c1/wayland"), "HDMI-A-1", "0f1e-2d.3c_4b")
+        == b"CREATE 0f1e-2d.3c_4b HDMI-A-1 /run/d/c1/wayland\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "output", "claim", "field"),
+    [
+        ("/s", "X1", "", "claim_uid"),
+        ("/s", "X1", "a/b", "claim_uid"),
+        ("/s", "X1", "c" * 129, "claim_uid"),
+        ("/s", "X1", "sp ace", "claim_uid"),
+        ("/s", "", "c", "output"),
+        ("/s", "X 1", "c", "output"),
+        ("/s", "o" * 64, "c", "output"),
+        ("/s", "é", "c", "output"),
+        ("rel/s", "X1", "c", "path"),
+        ("/a b", "X1", "c", "path"),
+        ("/" + "p" * 107, "X1", "c", "path"),
+    ],
+    ids=[
+        "claim-empty",
+        "claim-slash",
+        "claim-long",
+        "claim-space",
+        "output-empty",
+        "output-space",
+        "output-long",
+        "output-non-ascii",
+        "path-relative",
+        "path-space",
+        "path-long",
+    ],
+)
+def test_encode_create_rejects_what_the_module_would(
+    path: str, output: str, claim: str, field: str
+) -> None:
+    with pytest.raises(LayoutUsageError, match=field):
+        layout.encode_create(Path(path), output, claim)
+
+
+def test_encode_remove_list_frame() -> None:
+    assert layout.encode_remove("c-1") == b"REMOVE c-1\n"
+    assert layout.encode_list() == b"LIST\n"
+    assert layout.encode_frame("X2") == b"FRAME X2\n"
+    with pytest.raises(LayoutUsageError, match="output"):
+        layout.encode_frame("X 2")
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "text"),
+    [
+        ("ERR not-found no claim c", "not-found", "no claim c"),
+        ("ERR busy", "busy", ""),
+        ("ERR", "unknown", ""),
+    ],
+    ids=["with-text", "code-only", "bare"],
+)
+def test_parse_error(line: str, code: str, text: str) -> None:
+    error = layout.parse_error(line)
+    assert error is not None
+    assert (error.code, error.text) == (code, text)
+
+
+@pytest.mark.parametrize("line", ["OK", "OK 2", "ERROR x", "FRAME 1 1 4 XRGB8888 0 4"])
+def test_parse_error_ignores_other_lines(line: str) -> None:
+    assert layout.parse_error(line) is None
+
+
+def test_parse_claim_line() -> None:
+    assert layout.parse_claim_line("c1 X2 /run/c1.sock 3") == ClaimSocket(
+        claim_uid="c1", output="X2", path=Path("/run/c1.sock"), clients=3
+    )
+
+
+@pytest.mark.parametrize(
+    "line", ["c1 X2 /run/c1.sock", "c1 X2 /run/c1.sock -1", "a b c d e"], ids=str
+)
+def test_parse_claim_line_rejects(line: str) -> None:
+    with pytest.raises(LayoutProtocolError, match="LIST"):
+        layout.parse_claim_line(line)
+
+
+def test_parse_frame_header() -> None:
+    assert layout.parse_frame_header("FRAME 3 2 16 ABGR8888 1 32") == FrameHeader(
+        width=3, height=2, stride=16, pixel_format="ABGR8888", y_flip=True, size=32
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("FRAME 3 2 12 XRGB8888 0", "bad frame header"),
+        ("FRAMES 3 2 12 XRGB8888 0 24", "bad frame header"),
+        ("FRAME 3 2 12 RGB565 0 24", "pixel format"),
+        ("FRAME 3 2 12 XRGB8888 2 24", "y-flip"),
+        ("FRAME 3 -2 12 XRGB8888 0 24", "bad number"),
+        ("FRAME 0 2 12 XRGB8888 0 24", "out of range"),
+        ("FRAME 16385 1 65540 XRGB8888 0 65540", "out of range"),
+        ("FRAME 3 2 8 XRGB8888 0 16", "inconsistent"),
+        ("FRAME 3 2 12 XRGB8888 0 25", "inconsistent"),
+    ],
+    ids=[
+        "short",
+        "verb",
+        "format",
+        "yflip",
+        "negative",
+        "zero",
+        "huge",
+        "stride",
+        "size",
+    ],
+)
+def test_parse_frame_header_rejects(line: str, why: str) -> None:
+    with pytest.raises(LayoutProtocolError, match=why):
+        layout.parse_frame_header(line)
+
+
+def _frame(pixel_format: layout.PixelFormat, *, y_flip: bool) -> Frame:
+    # 2x2: memory row 0 holds bytes 1..8, row 1 bytes 11..18.
+    header = FrameHeader(
+        width=2, height=2, stride=8, pixel_format=pixel_format, y_flip=y_flip, size=16
+    )
+    return Frame(
+        header=header, pixels=bytes([1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14, 15, 16, 17, 18])
+    )
+
+
+@pytest.mark.parametrize(
+    ("pixel_format", "y_flip", "x", "y", "rgb"),
+    [
+        ("XRGB8888", False, 0, 0, (3, 2, 1)),
+        ("ARGB8888", False, 1, 1, (17, 16, 15)),
+        ("XBGR8888", False, 1, 0, (5, 6, 7)),
+        ("ABGR8888", True, 0, 0, (11, 12, 13)),
+        ("XRGB8888", True, 1, 1, (7, 6, 5)),
+    ],
+    ids=["xrgb", "argb", "xbgr", "abgr-flipped", "xrgb-flipped"],
+)
+def test_frame_rgb(
+    pixel_format: layout.PixelFormat, y_flip: bool, x: int, y: int, rgb: tuple[int, int, int]
+) -> None:
+    assert _frame(pixel_format, y_flip=y_flip).rgb(x, y) == rgb
+
+
+def test_frame_rgb_outside() -> None:
+    with pytest.raises(LayoutUsageError, match=r"\(2, 0\)"):
+        _frame("XRGB8888", y_flip=False).rgb(2, 0)
+
+
+# ---------- the clients against a scripted server ----------
+
+Script = Callable[[socket.socket], None]
+
+
+@contextlib.contextmanager
+def _server(tmp_path: Path, script: Script) -> Iterator[Path]:
+    path = tmp_path / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            script(conn)
+            done.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join(10)
+        listener.close()
+
+
+def _reads(conn: socket.socket, line: bytes) -> None:
+    data = b""
+    while not data.endswith(b"\n"):
+        data += conn.recv(1024)
+    assert data == line
+
+
+def _control_script(*steps: tuple[bytes, bytes]) -> Script:
+    def script(conn: socket.socket) -> None:
+        conn.sendall(b"LAYOUT 1\n")
+        for expect, reply in steps:
+            _reads(conn, expect)
+            conn.sendall(reply)
+
+    return script
+
+
+def test_control_round_trips(tmp_path: Path) -> None:
+    script = _control_script(
+        (b"CREATE c1 X1 /run/c1.sock\n", b"OK\n"),
+        (b"LIST\n", b"OK 2\nc1 X1 /run/c1.sock 0\nc2 X2 /run/c2.sock 4\n"),
+        (b"REMOVE c1\n", b"OK\n"),
+        (b"REMOVE c1\n", b"ERR not-found no claim c1\n"),
+        (b"REMOVE c2\n", b"ERR io boom\n"),
+    )
+    with _server(tmp_path, script) as path, LayoutControl(path, timeout=5) as control:
+        control.create_claim_socket("/run/c1.sock", "X1", "c1")
+        assert [c.clients for c in control.list_claim_sockets()] == [0, 4]
+        assert control.remove_claim_socket("c1") is True
+        assert control.remove_claim_socket("c1") is False
+        with pytest.raises(LayoutReplyError) as caught:
+            control.remove_claim_socket("c2")
+        assert (caught.value.code, caught.value.text) == ("io", "boom")
+
+
+def test_capture_reads_header_and_pixels(tmp_path: Path) -> None:
+    def script(conn: socket.socket) -> None:
+        conn.sendall(b"LAYOUT-CAPTURE 1\n")
+        _reads(conn, b"FRAME X1\n")
+        conn.sendall(b"FRAME 1 2 4 XRGB8888 0 8\n")
+        conn.sendall(bytes([10, 20, 30, 0]))
+        conn.sendall(bytes([40, 50, 60, 0]))
+        _reads(conn, b"FRAME X9\n")
+        conn.sendall(b"ERR no-output no output named X9\n")
+
+    with _server(tmp_path, script) as path, layout.LayoutCapture(path, timeout=5) as capture:
+        frame = capture.frame("X1")
+        assert (frame.rgb(0, 0), frame.rgb(0, 1)) == ((30, 20, 10), (60, 50, 40))
+        with pytest.raises(LayoutReplyError, match="no-output"):
+            capture.frame("X9")
+
+
+@pytest.mark.parametrize(
+    ("script", "error"),
+    [
+        (lambda conn: conn.sendall(b"HELLO 9\n"), LayoutProtocolError),
+        (lambda conn: None, LayoutTimeoutError),
+        (lambda conn: conn.close(), LayoutClosedError),
+        (lambda conn: conn.sendall(b"\xff\n"), LayoutProtocolError),
+        (lambda conn: conn.sendall(b"L" * 2000), LayoutProtocolError),
+    ],
+    ids=["wrong-greeting", "silent", "closed", "not-ascii", "endless-line"],
+)
+def test_control_greeting_failures(tmp_path: Path, script: Script, error: type[Exception]) -> None:
+    with _server(tmp_path, script) as path, pytest.raises(error):
+        LayoutControl(path, timeout=0.3)
+
+
+def test_reply_timeout(tmp_path: Path) -> None:
+    script = _control_script((b"LIST\n", b"OK 2\nc1 X1 /run/c1.sock 0\n"))
+    with (
+        _server(tmp_path, script) as path,
+        LayoutControl(path, timeout=0.3) as control,
+        pytest.raises(LayoutTimeoutError),
+    ):
+        control.list_claim_sockets()
+
+
+def test_connect_errors(tmp_path: Path) -> None:
+    with pytest.raises(LayoutConnectError) as caught:
+        LayoutControl(tmp_path / "absent.sock")
+    assert caught.value.errno == 2
+    with pytest.raises(LayoutUsageError, match="timeout"):
+        LayoutControl(tmp_path / "absent.sock", timeout=0)

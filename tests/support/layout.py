@@ -1,0 +1,284 @@
+"""A Wayland client for layout tests that draws one solid colour, in the standard library.
+
+It speaks just enough of the wire protocol to show an xdg_toplevel with a wl_shm buffer:
+`wl_compositor`, `wl_shm` (the pool's memfd goes over SCM_RIGHTS), `xdg_wm_base` (answering
+pings) and optionally `wl_output` (to ask for fullscreen on a chosen output, which the layout
+shell must ignore). It runs on its own thread so a test can capture while it is connected;
+`shown` is set once the compositor has processed the commit of its first buffer.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from libdisplay.wayland import EventArgs
+
+_HEADER = struct.Struct("<II")
+_WORD = struct.Struct("<I")
+_XRGB8888 = 1
+_POLL_MS = 50
+
+# wl_display requests and events.
+_SYNC, _GET_REGISTRY = 0, 1
+_EV_ERROR = 0
+# Request opcodes of the interfaces used.
+_REGISTRY_BIND = 0
+_COMPOSITOR_CREATE_SURFACE = 0
+_SHM_CREATE_POOL = 0
+_POOL_CREATE_BUFFER = 0
+_SURFACE_ATTACH, _SURFACE_DAMAGE, _SURFACE_COMMIT = 1, 2, 6
+_WM_BASE_GET_XDG_SURFACE, _WM_BASE_PONG = 2, 3
+_XDG_SURFACE_GET_TOPLEVEL, _XDG_SURFACE_ACK_CONFIGURE = 1, 4
+_TOPLEVEL_SET_MAXIMIZED, _TOPLEVEL_SET_FULLSCREEN = 9, 11
+
+
+class ClientError(Exception):
+    """The client could not connect, or the compositor sent it a protocol error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wish:
+    """What the client asks of the shell besides being shown: fullscreen elsewhere, maximize."""
+
+    fullscreen_on_output_at_x: int | None = None
+    maximize: bool = False
+
+
+def _encode(*args: int | str) -> bytes:
+    out = bytearray()
+    for arg in args:
+        if isinstance(arg, str):
+            raw = arg.encode() + b"\0"
+            out += _WORD.pack(len(raw)) + raw + b"\0" * (-len(raw) % 4)
+        else:
+            out += _WORD.pack(arg)
+    return bytes(out)
+
+
+def _message(object_id: int, opcode: int, body: bytes) -> bytes:
+    return _HEADER.pack(object_id, (len(body) + _HEADER.size) << 16 | opcode) + body
+
+
+class SolidClient:
+    """One toplevel filled with `colour`; `size` is used when the configure leaves it to us.
+
+    With `honour_configure=False` it always draws `size`, like weston-simple-shm, so the
+    shell has to centre it. `configured` records every size the shell asked for.
+    """
+
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        colour: tuple[int, int, int],
+        size: tuple[int, int] = (64, 48),
+        honour_configure: bool = True,
+        wish: Wish | None = None,
+    ) -> None:
+        self.colour = colour
+        self.size = size
+        self.honour_configure = honour_configure
+        self.wish = wish or Wish()
+        self.configured: list[tuple[int, int]] = []
+        self.shown = threading.Event()
+        self.closed = threading.Event()
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            self._sock.connect(os.fspath(socket_path))
+        except OSError as exc:
+            self._sock.close()
+            raise ClientError(f"cannot connect to {socket_path}: {exc}") from exc
+        self._handlers: dict[int, Callable[[int, EventArgs], None]] = {1: self._on_display}
+        self._next_id = 2
+        self._globals: dict[str, list[int]] = {}
+        self._output_x: dict[int, int] = {}
+        self._ids: dict[str, int] = {}
+        self._pending_size: tuple[int, int] = (0, 0)
+        self._drawn: tuple[int, int] | None = None
+        self._shown_callback = 0
+        self._in = bytearray()
+        self._thread = threading.Thread(target=self._run, name="solid-client", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> SolidClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # ---------- plumbing ----------
+
+    def _new(self, handler: Callable[[int, EventArgs], None] | None = None) -> int:
+        object_id = self._next_id
+        self._next_id += 1
+        if handler is not None:
+            self._handlers[object_id] = handler
+        return object_id
+
+    def _send(self, object_id: int, opcode: int, *args: int | str, fd: int | None = None) -> None:
+        data = _message(object_id, opcode, _encode(*args))
+        if fd is None:
+            self._sock.sendall(data)
+        else:
+            socket.send_fds(self._sock, [data], [fd])
+
+    def _sync(self, on_done: Callable[[], None]) -> int:
+        callback = self._new(lambda _opcode, _args: on_done())
+        self._send(1, _SYNC, callback)
+        return callback
+
+    def _run(self) -> None:
+        try:
+            self._send(1, _GET_REGISTRY, self._new(self._on_registry))
+            self._sync(self._bind_and_create)
+            while not self._stop.is_set():
+                ready, _, _ = select.select([self._sock], [], [], _POLL_MS / 1000)
+                if ready and not self._receive():
+                    self.closed.set()
+                    return
+        except OSError:
+            self.closed.set()
+        except BaseException as exc:  # reported to the test through `error`
+            self.error = exc
+            self.closed.set()
+
+    def _receive(self) -> bool:
+        data = self._sock.recv(65536)
+        if not data:
+            return False
+        self._in += data
+        while len(self._in) >= _HEADER.size:
+            object_id, word = _HEADER.unpack_from(self._in)
+            size = word >> 16
+            if len(self._in) < size:
+                break
+            payload = bytes(self._in[_HEADER.size : size])
+            del self._in[:size]
+            handler = self._handlers.get(object_id)
+            if handler is not None:
+                handler(word & 0xFFFF, EventArgs(payload, f"object {object_id}"))
+        return True
+
+    # ---------- events ----------
+
+    def _on_display(self, opcode: int, args: EventArgs) -> None:
+        if opcode == _EV_ERROR:
+            object_id, code, message = args.uint(), args.uint(), args.string()
+            raise ClientError(f"protocol error on object {object_id} code {code}: {message}")
+
+    def _on_registry(self, opcode: int, args: EventArgs) -> None:
+        if opcode == 0:
+            name, interface, _version = args.uint(), args.string(), args.uint()
+            self._globals.setdefault(interface, []).append(name)
+
+    def _bind(
+        self,
+        interface: str,
+        version: int,
+        handler: Callable[[int, EventArgs], None] | None = None,
+        *,
+        index: int = 0,
+    ) -> int:
+        names = self._globals.get(interface)
+        if not names:
+            raise ClientError(f"the compositor has no {interface}")
+        object_id = self._new(handler)
+        self._send(2, _REGISTRY_BIND, names[index], interface, version, object_id)
+        return object_id
+
+    def _bind_and_create(self) -> None:
+        ids = self._ids
+        ids["compositor"] = self._bind("wl_compositor", 4)
+        ids["shm"] = self._bind("wl_shm", 1)
+        ids["wm_base"] = self._bind("xdg_wm_base", 1, self._on_wm_base)
+        if self.wish.fullscreen_on_output_at_x is not None:
+            for index in range(len(self._globals.get("wl_output", []))):
+                output = self._new()
+                self._handlers[output] = self._output_handler(output)
+                self._send(
+                    2, _REGISTRY_BIND, self._globals["wl_output"][index], "wl_output", 2, output
+                )
+            self._sync(self._create_window)
+        else:
+            self._create_window()
+
+    def _output_handler(self, output: int) -> Callable[[int, EventArgs], None]:
+        def on_event(opcode: int, args: EventArgs) -> None:
+            if opcode == 0:  # geometry: x, y, ...
+                self._output_x[output] = args.sint()
+
+        return on_event
+
+    def _create_window(self) -> None:
+        ids = self._ids
+        ids["surface"] = self._new()
+        self._send(ids["compositor"], _COMPOSITOR_CREATE_SURFACE, ids["surface"])
+        ids["xdg_surface"] = self._new(self._on_xdg_surface)
+        self._send(ids["wm_base"], _WM_BASE_GET_XDG_SURFACE, ids["xdg_surface"], ids["surface"])
+        ids["toplevel"] = self._new(self._on_toplevel)
+        self._send(ids["xdg_surface"], _XDG_SURFACE_GET_TOPLEVEL, ids["toplevel"])
+        wanted_x = self.wish.fullscreen_on_output_at_x
+        if wanted_x is not None:
+            matches = [oid for oid, x in self._output_x.items() if x == wanted_x]
+            if not matches:
+                raise ClientError(f"no wl_output at x={wanted_x}: {self._output_x}")
+            self._send(ids["toplevel"], _TOPLEVEL_SET_FULLSCREEN, matches[0])
+        if self.wish.maximize:
+            self._send(ids["toplevel"], _TOPLEVEL_SET_MAXIMIZED)
+        self._send(ids["surface"], _SURFACE_COMMIT)
+
+    def _on_wm_base(self, opcode: int, args: EventArgs) -> None:
+        if opcode == 0:  # ping
+            self._send(self._ids["wm_base"], _WM_BASE_PONG, args.uint())
+
+    def _on_toplevel(self, opcode: int, args: EventArgs) -> None:
+        if opcode == 0:  # configure: width, height, states
+            self._pending_size = (args.sint(), args.sint())
+            self.configured.append(self._pending_size)
+
+    def _on_xdg_surface(self, opcode: int, args: EventArgs) -> None:
+        if opcode != 0:
+            return
+        self._send(self._ids["xdg_surface"], _XDG_SURFACE_ACK_CONFIGURE, args.uint())
+        width, height = self._pending_size
+        if not self.honour_configure or width <= 0 or height <= 0:
+            width, height = self.size
+        if self._drawn != (width, height):
+            self._attach(width, height)
+        self._send(self._ids["surface"], _SURFACE_COMMIT)
+        if not self._shown_callback:
+            self._shown_callback = self._sync(self.shown.set)
+
+    def _attach(self, width: int, height: int) -> None:
+        stride = width * 4
+        size = stride * height
+        red, green, blue = self.colour
+        fd = os.memfd_create("solid", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            with mmap.mmap(fd, size) as pixels:
+                pixels.write(bytes((blue, green, red, 0xFF)) * (width * height))
+            pool = self._new()
+            self._send(self._ids["shm"], _SHM_CREATE_POOL, pool, size, fd=fd)
+        finally:
+            os.close(fd)
+        buffer = self._new()
+        self._send(pool, _POOL_CREATE_BUFFER, buffer, 0, width, height, stride, _XRGB8888)
+        self._send(self._ids["surface"], _SURFACE_ATTACH, buffer, 0, 0)
+        self._send(self._ids["surface"], _SURFACE_DAMAGE, 0, 0, width, height)
+        self._drawn = (width, height)

@@ -1,0 +1,1349 @@
+/*
+ * layout.so: weston 10's shell for display-operator (the project's only C).
+ *
+ * Loaded with `--shell=/abs/path/layout.so` (entry point wet_shell_init). It owns:
+ *
+ * Placement. Every toplevel of a *claimed* client is made fullscreen, sized to its claim's
+ * output and positioned on it; a client that ignores the size is centred on the output's
+ * black background (larger ones are pinned to the output's top-left corner). Clients'
+ * requests to go fullscreen elsewhere, to unset fullscreen, to maximize, minimize, move or
+ * resize are ignored. Popups are placed by libweston-desktop relative to their parent, so
+ * they stay with it; child toplevels belong to the same client, hence the same output.
+ * When a claim's output goes away its surfaces are unmapped (off screen, keeping their
+ * state); when an output of that name comes back they are mapped again.
+ *
+ * Policy for clients of the main Wayland socket (weston's own `--socket`): they are
+ * connected and configured normally, but their windows are shown on NO output. Only the
+ * operator's probe and tools use that socket; consumers reach the compositor only through
+ * their claim's socket, so nothing a consumer cannot see by claiming appears on a monitor.
+ *
+ * Control socket (`[layout] control-socket=PATH`, mode 0660). A line protocol, one
+ * request per line (at most 1023 bytes before '\n'), one reply per request. On connect
+ * the module sends `LAYOUT 1`. Requests:
+ *   CREATE <claim> <output> <socket-path>   -> OK        (idempotent for the same triple)
+ *   REMOVE <claim>                          -> OK        (ERR not-found when unknown)
+ *   LIST                                    -> OK <n> then n lines
+ *                                              `<claim> <output> <socket-path> <clients>`
+ * Errors: `ERR <code> <text>` with code one of bad-request, bad-claim, bad-output,
+ * bad-path, exists, not-found, io, too-long. A line over the limit gets `ERR too-long`
+ * and the connection is closed. <claim> is 1..128 of [A-Za-z0-9._-]; <output> is 1..63
+ * printable non-space bytes; <socket-path> is absolute and fits sockaddr_un. CREATE binds
+ * the path (replacing a stale socket there, never any other kind of file), makes it mode
+ * 0666 so a non-root consumer may connect (access is governed by the per-claim directory
+ * the consumer's CDI spec mounts), and listens on it; every connection becomes a
+ * wl_client of that claim. REMOVE disconnects the claim's clients, closes and unlinks
+ * its socket. Claims live only as long as the compositor: the operator recreates them.
+ *
+ * Capture socket (`[layout] capture-socket=PATH`, mode 0660). Greeting `LAYOUT-CAPTURE 1`.
+ * Each `FRAME <output>` line is answered by exactly one reply: either
+ * `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long) or the line
+ *   FRAME <width> <height> <stride> <format> <yflip> <nbytes>
+ * followed by nbytes of pixels (format is a DRM fourcc name such as XRGB8888, in
+ * little-endian memory order; yflip 1 means the first row is the bottom one). A request
+ * schedules a repaint of the output; pixels are read with the renderer's read_pixels on
+ * the output's frame signal (so a renderer is needed: pixman or gl). One connection holds
+ * at most one frame being sent: frames that occur while the previous one is still unread
+ * are lost, the compositor never waits. Up to 16 requests may be outstanding, for one
+ * output at a time.
+ *
+ * I/O: every socket is non-blocking and driven by wl_event_loop fd sources; each
+ * connection has a bounded input buffer and a bounded queue of text replies; a peer that
+ * overflows either is disconnected. At most 32 connections per control/capture socket.
+ */
+
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <libweston/libweston.h>
+#include <libweston/config-parser.h>
+#include <libweston-desktop/libweston-desktop.h>
+#include <wayland-server.h>
+#include <weston.h>
+
+#define LINE_MAX_BYTES 1024
+#define TEXT_QUEUE_MAX (64 * 1024)
+#define MAX_CONNECTIONS 32
+#define MAX_PENDING_FRAMES 16
+#define CLAIM_MAX 128
+#define OUTPUT_NAME_MAX 63
+#define ACCEPTS_PER_WAKEUP 64
+#define READ_PER_WAKEUP (64 * 1024)
+
+struct layout;
+
+enum conn_kind { CONN_CONTROL, CONN_CAPTURE };
+
+struct chunk {
+	struct chunk *next;
+	char *data;
+	size_t len;
+	size_t off;
+	bool frame;
+};
+
+struct conn {
+	struct wl_list link;
+	struct layout *layout;
+	enum conn_kind kind;
+	int fd;
+	struct wl_event_source *source;
+	char in[LINE_MAX_BYTES];
+	size_t in_len;
+	struct chunk *head, *tail;
+	size_t text_queued;
+	bool frame_in_flight;
+	/* capture only */
+	char output[OUTPUT_NAME_MAX + 1];
+	int pending;
+};
+
+struct listener_socket {
+	int fd;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct wl_event_source *source;
+};
+
+struct server {
+	struct layout *layout;
+	enum conn_kind kind;
+	struct listener_socket sock;
+	struct wl_list conns;
+};
+
+struct claim {
+	struct wl_list link;
+	struct layout *layout;
+	char name[CLAIM_MAX + 1];
+	char output[OUTPUT_NAME_MAX + 1];
+	struct listener_socket sock;
+	struct wl_list clients;
+};
+
+struct claim_client {
+	struct wl_list link;
+	struct claim *claim;
+	struct wl_client *client;
+	struct wl_listener destroy;
+};
+
+struct layout_output {
+	struct wl_list link;
+	struct layout *layout;
+	struct weston_output *output;
+	struct wl_listener frame;
+	struct weston_view *background;
+};
+
+struct layout_surface {
+	struct wl_list link;
+	struct layout *layout;
+	struct weston_desktop_surface *desktop_surface;
+	struct weston_view *view;
+	struct claim *claim;
+	bool committed;
+	int32_t sized_w, sized_h;
+};
+
+struct layout {
+	struct weston_compositor *compositor;
+	struct weston_desktop *desktop;
+	struct weston_layer surface_layer;
+	struct weston_layer background_layer;
+	struct wl_list claims;
+	struct wl_list outputs;
+	struct wl_list surfaces;
+	struct server control;
+	struct server capture;
+	struct wl_listener destroy;
+	struct wl_listener output_created;
+	struct wl_listener output_destroyed;
+	struct wl_listener output_moved;
+	struct wl_listener output_resized;
+};
+
+
+/* ---------- outputs ---------- */
+
+static struct weston_output *
+find_output(struct layout *layout, const char *name)
+{
+	struct weston_output *output;
+
+	wl_list_for_each(output, &layout->compositor->output_list, link) {
+		if (output->name && strcmp(output->name, name) == 0)
+			return output;
+	}
+	return NULL;
+}
+
+static struct layout_output *
+find_layout_output(struct layout *layout, struct weston_output *output)
+{
+	struct layout_output *lo;
+
+	wl_list_for_each(lo, &layout->outputs, link) {
+		if (lo->output == output)
+			return lo;
+	}
+	return NULL;
+}
+
+/* ---------- placement ---------- */
+
+static void
+hide_surface(struct layout_surface *ls)
+{
+	if (ls->view->layer_link.layer)
+		weston_view_unmap(ls->view);
+}
+
+static void
+activate(struct layout *layout, struct weston_view *view)
+{
+	struct weston_seat *seat;
+
+	wl_list_for_each(seat, &layout->compositor->seat_list, link) {
+		if (weston_seat_get_keyboard(seat))
+			weston_view_activate_input(view, seat, WESTON_ACTIVATE_FLAG_CONFIGURE);
+	}
+}
+
+static void
+place_surface(struct layout_surface *ls)
+{
+	struct weston_output *output;
+	struct weston_surface *surface;
+	struct weston_geometry geometry;
+	int32_t x, y;
+	bool newly_mapped;
+
+	output = ls->claim ? find_output(ls->layout, ls->claim->output) : NULL;
+	if (!output) {
+		hide_surface(ls);
+		return;
+	}
+	if (ls->sized_w != output->width || ls->sized_h != output->height) {
+		weston_desktop_surface_set_fullscreen(ls->desktop_surface, true);
+		weston_desktop_surface_set_size(ls->desktop_surface, output->width, output->height);
+		ls->sized_w = output->width;
+		ls->sized_h = output->height;
+	}
+	surface = weston_desktop_surface_get_surface(ls->desktop_surface);
+	if (!ls->committed || surface->width == 0)
+		return;
+
+	geometry = weston_desktop_surface_get_geometry(ls->desktop_surface);
+	x = output->x - geometry.x;
+	y = output->y - geometry.y;
+	if (geometry.width < output->width)
+		x += (output->width - geometry.width) / 2;
+	if (geometry.height < output->height)
+		y += (output->height - geometry.height) / 2;
+	weston_view_set_position(ls->view, x, y);
+
+	newly_mapped = !ls->view->layer_link.layer;
+	if (newly_mapped) {
+		weston_layer_entry_insert(&ls->layout->surface_layer.view_list,
+					  &ls->view->layer_link);
+		surface->is_mapped = true;
+		ls->view->is_mapped = true;
+	}
+	weston_view_update_transform(ls->view);
+	weston_surface_damage(surface);
+	if (newly_mapped)
+		activate(ls->layout, ls->view);
+}
+
+static void
+relayout(struct layout *layout)
+{
+	struct layout_surface *ls;
+
+	wl_list_for_each(ls, &layout->surfaces, link)
+		place_surface(ls);
+}
+
+static struct claim *
+claim_of_client(struct layout *layout, struct wl_client *client)
+{
+	struct claim *claim;
+	struct claim_client *cc;
+
+	wl_list_for_each(claim, &layout->claims, link) {
+		wl_list_for_each(cc, &claim->clients, link) {
+			if (cc->client == client)
+				return claim;
+		}
+	}
+	return NULL;
+}
+
+static void
+desktop_surface_added(struct weston_desktop_surface *ds, void *data)
+{
+	struct layout *layout = data;
+	struct layout_surface *ls;
+	struct wl_client *client;
+
+	ls = calloc(1, sizeof *ls);
+	if (!ls) {
+		weston_desktop_surface_close(ds);
+		return;
+	}
+	ls->view = weston_desktop_surface_create_view(ds);
+	if (!ls->view) {
+		free(ls);
+		weston_desktop_surface_close(ds);
+		return;
+	}
+	ls->layout = layout;
+	ls->desktop_surface = ds;
+	client = weston_desktop_client_get_client(weston_desktop_surface_get_client(ds));
+	ls->claim = claim_of_client(layout, client);
+	weston_desktop_surface_set_user_data(ds, ls);
+	wl_list_insert(&layout->surfaces, &ls->link);
+	if (ls->claim)
+		weston_desktop_surface_set_activated(ds, true);
+	place_surface(ls);
+}
+
+static void
+desktop_surface_removed(struct weston_desktop_surface *ds, void *data)
+{
+	struct layout_surface *ls = weston_desktop_surface_get_user_data(ds);
+
+	(void)data;
+	if (!ls)
+		return;
+	weston_desktop_surface_set_user_data(ds, NULL);
+	weston_desktop_surface_unlink_view(ls->view);
+	weston_view_destroy(ls->view);
+	wl_list_remove(&ls->link);
+	free(ls);
+}
+
+static void
+desktop_surface_committed(struct weston_desktop_surface *ds, int32_t sx, int32_t sy, void *data)
+{
+	struct layout_surface *ls = weston_desktop_surface_get_user_data(ds);
+
+	(void)sx;
+	(void)sy;
+	(void)data;
+	if (!ls)
+		return;
+	if (weston_desktop_surface_get_surface(ds)->width == 0)
+		return;
+	ls->committed = true;
+	place_surface(ls);
+}
+
+static void
+desktop_fullscreen_requested(struct weston_desktop_surface *ds, bool fullscreen,
+			     struct weston_output *output, void *data)
+{
+	/* The claim decides the output; the client's wish is ignored. */
+	(void)ds;
+	(void)fullscreen;
+	(void)output;
+	(void)data;
+}
+
+static void
+desktop_maximized_requested(struct weston_desktop_surface *ds, bool maximized, void *data)
+{
+	(void)ds;
+	(void)maximized;
+	(void)data;
+}
+
+static void
+desktop_minimized_requested(struct weston_desktop_surface *ds, void *data)
+{
+	(void)ds;
+	(void)data;
+}
+
+static void
+desktop_move(struct weston_desktop_surface *ds, struct weston_seat *seat, uint32_t serial,
+	     void *data)
+{
+	(void)ds;
+	(void)seat;
+	(void)serial;
+	(void)data;
+}
+
+static void
+desktop_resize(struct weston_desktop_surface *ds, struct weston_seat *seat, uint32_t serial,
+	       enum weston_desktop_surface_edge edges, void *data)
+{
+	(void)ds;
+	(void)seat;
+	(void)serial;
+	(void)edges;
+	(void)data;
+}
+
+static const struct weston_desktop_api desktop_api = {
+	.struct_size = sizeof(struct weston_desktop_api),
+	.surface_added = desktop_surface_added,
+	.surface_removed = desktop_surface_removed,
+	.committed = desktop_surface_committed,
+	.move = desktop_move,
+	.resize = desktop_resize,
+	.fullscreen_requested = desktop_fullscreen_requested,
+	.maximized_requested = desktop_maximized_requested,
+	.minimized_requested = desktop_minimized_requested,
+};
+
+/* ---------- connection output queue ---------- */
+
+static void conn_destroy(struct conn *conn);
+
+static void
+conn_update_mask(struct conn *conn)
+{
+	uint32_t mask = WL_EVENT_READABLE;
+
+	if (conn->head)
+		mask |= WL_EVENT_WRITABLE;
+	wl_event_source_fd_update(conn->source, mask);
+}
+
+static bool
+conn_enqueue(struct conn *conn, char *data, size_t len, bool frame)
+{
+	struct chunk *chunk;
+
+	if (!frame && conn->text_queued + len > TEXT_QUEUE_MAX) {
+		free(data);
+		return false;
+	}
+	chunk = calloc(1, sizeof *chunk);
+	if (!chunk) {
+		free(data);
+		return false;
+	}
+	chunk->data = data;
+	chunk->len = len;
+	chunk->frame = frame;
+	if (!frame)
+		conn->text_queued += len;
+	if (conn->tail)
+		conn->tail->next = chunk;
+	else
+		conn->head = chunk;
+	conn->tail = chunk;
+	return true;
+}
+
+static void
+chunk_pop(struct conn *conn)
+{
+	struct chunk *chunk = conn->head;
+
+	conn->head = chunk->next;
+	if (!conn->head)
+		conn->tail = NULL;
+	if (!chunk->frame)
+		conn->text_queued -= chunk->len;
+	free(chunk->data);
+	free(chunk);
+}
+
+/* Returns false when the connection failed and must be destroyed. */
+static bool
+conn_flush(struct conn *conn)
+{
+	ssize_t n;
+
+	while (conn->head) {
+		struct chunk *chunk = conn->head;
+
+		n = send(conn->fd, chunk->data + chunk->off, chunk->len - chunk->off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		chunk->off += (size_t)n;
+		if (chunk->off < chunk->len)
+			break;
+		if (chunk->frame)
+			conn->frame_in_flight = false;
+		chunk_pop(conn);
+	}
+	conn_update_mask(conn);
+	return true;
+}
+
+static bool
+conn_printf(struct conn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static bool
+conn_printf(struct conn *conn, const char *fmt, ...)
+{
+	va_list ap;
+	char *text = NULL;
+	int len;
+
+	va_start(ap, fmt);
+	len = vasprintf(&text, fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		return false;
+	return conn_enqueue(conn, text, (size_t)len, false);
+}
+
+/* ---------- claims ---------- */
+
+static void
+listener_socket_close(struct listener_socket *sock, bool unlink_path)
+{
+	if (sock->source)
+		wl_event_source_remove(sock->source);
+	sock->source = NULL;
+	if (sock->fd >= 0) {
+		close(sock->fd);
+		if (unlink_path)
+			unlink(sock->path);
+	}
+	sock->fd = -1;
+}
+
+/* Binds and listens on `path`, replacing a stale socket file but no other kind of file. */
+static int
+listener_socket_open(struct listener_socket *sock, const char *path, mode_t mode,
+		     const char **why)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd;
+
+	sock->fd = -1;
+	sock->source = NULL;
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		*why = "path too long for a unix socket";
+		return -1;
+	}
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			*why = "path exists and is not a socket";
+			return -1;
+		}
+		if (unlink(path) < 0) {
+			*why = "cannot unlink the stale socket";
+			return -1;
+		}
+	}
+	strcpy(addr.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*why = "socket() failed";
+		return -1;
+	}
+	if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+		*why = errno == ENOENT ? "parent directory does not exist" : "bind() failed";
+		close(fd);
+		return -1;
+	}
+	if (chmod(path, mode) < 0 || listen(fd, 128) < 0) {
+		*why = "chmod() or listen() failed";
+		close(fd);
+		unlink(path);
+		return -1;
+	}
+	sock->fd = fd;
+	strcpy(sock->path, path);
+	return 0;
+}
+
+static void
+claim_client_destroyed(struct wl_listener *listener, void *data)
+{
+	struct claim_client *cc = wl_container_of(listener, cc, destroy);
+
+	(void)data;
+	wl_list_remove(&cc->destroy.link);
+	wl_list_remove(&cc->link);
+	free(cc);
+}
+
+static int
+claim_socket_readable(int fd, uint32_t mask, void *data)
+{
+	struct claim *claim = data;
+	struct claim_client *cc;
+	struct wl_client *client;
+	int i, cfd;
+
+	(void)mask;
+	for (i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
+		cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+			break;
+		cc = calloc(1, sizeof *cc);
+		if (!cc) {
+			close(cfd);
+			continue;
+		}
+		client = wl_client_create(claim->layout->compositor->wl_display, cfd);
+		if (!client) {
+			close(cfd);
+			free(cc);
+			continue;
+		}
+		cc->client = client;
+		cc->claim = claim;
+		cc->destroy.notify = claim_client_destroyed;
+		wl_client_add_destroy_listener(client, &cc->destroy);
+		wl_list_insert(&claim->clients, &cc->link);
+	}
+	return 0;
+}
+
+static struct claim *
+find_claim(struct layout *layout, const char *name)
+{
+	struct claim *claim;
+
+	wl_list_for_each(claim, &layout->claims, link) {
+		if (strcmp(claim->name, name) == 0)
+			return claim;
+	}
+	return NULL;
+}
+
+static void
+claim_destroy(struct claim *claim)
+{
+	struct claim_client *cc, *next;
+
+	/* Destroying a client destroys its surfaces, which still point at this claim. */
+	wl_list_for_each_safe(cc, next, &claim->clients, link)
+		wl_client_destroy(cc->client);
+	listener_socket_close(&claim->sock, true);
+	wl_list_remove(&claim->link);
+	free(claim);
+}
+
+static size_t
+claim_client_count(struct claim *claim)
+{
+	struct claim_client *cc;
+	size_t count = 0;
+
+	wl_list_for_each(cc, &claim->clients, link)
+		count++;
+	return count;
+}
+
+/* ---------- request parsing ---------- */
+
+static bool
+valid_claim(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n == 0 || n > CLAIM_MAX)
+		return false;
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static bool
+valid_output(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n == 0 || n > OUTPUT_NAME_MAX)
+		return false;
+	for (i = 0; i < n; i++) {
+		if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
+			return false;
+	}
+	return true;
+}
+
+static bool
+valid_path(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n < 2 || s[0] != '/' || n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return false;
+	for (i = 0; i < n; i++) {
+		if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/* Splits `line` on single spaces into at most `max` words; -1 when there are more. */
+static int
+split_words(char *line, char **words, int max)
+{
+	int n = 0;
+	char *p = line;
+
+	if (*p == '\0')
+		return 0;
+	for (;;) {
+		if (n == max)
+			return -1;
+		words[n++] = p;
+		p = strchr(p, ' ');
+		if (!p)
+			return n;
+		*p++ = '\0';
+	}
+}
+
+static bool
+path_in_use(struct layout *layout, const char *path)
+{
+	struct claim *claim;
+
+	if (strcmp(path, layout->control.sock.path) == 0 ||
+	    strcmp(path, layout->capture.sock.path) == 0)
+		return true;
+	wl_list_for_each(claim, &layout->claims, link) {
+		if (strcmp(claim->sock.path, path) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool
+control_create(struct conn *conn, char **w)
+{
+	struct layout *layout = conn->layout;
+	struct claim *claim;
+	const char *why = NULL;
+
+	if (!valid_claim(w[1]))
+		return conn_printf(conn, "ERR bad-claim claim must be 1-%d of [A-Za-z0-9._-]\n",
+				   CLAIM_MAX);
+	if (!valid_output(w[2]))
+		return conn_printf(conn, "ERR bad-output output name must be 1-%d printable bytes\n",
+				   OUTPUT_NAME_MAX);
+	if (!valid_path(w[3]))
+		return conn_printf(conn, "ERR bad-path socket path must be absolute, printable, "
+				   "shorter than %zu bytes\n",
+				   sizeof(((struct sockaddr_un *)0)->sun_path));
+	claim = find_claim(layout, w[1]);
+	if (claim) {
+		if (strcmp(claim->output, w[2]) == 0 && strcmp(claim->sock.path, w[3]) == 0)
+			return conn_printf(conn, "OK\n");
+		return conn_printf(conn, "ERR exists claim %s already has output %s socket %s\n",
+				   claim->name, claim->output, claim->sock.path);
+	}
+	if (path_in_use(layout, w[3]))
+		return conn_printf(conn, "ERR exists socket path %s is in use\n", w[3]);
+	claim = calloc(1, sizeof *claim);
+	if (!claim)
+		return conn_printf(conn, "ERR io out of memory\n");
+	claim->layout = layout;
+	strcpy(claim->name, w[1]);
+	strcpy(claim->output, w[2]);
+	wl_list_init(&claim->clients);
+	if (listener_socket_open(&claim->sock, w[3], 0666, &why) < 0) {
+		free(claim);
+		return conn_printf(conn, "ERR io %s: %s\n", w[3], why);
+	}
+	claim->sock.source = wl_event_loop_add_fd(
+		wl_display_get_event_loop(layout->compositor->wl_display), claim->sock.fd,
+		WL_EVENT_READABLE, claim_socket_readable, claim);
+	if (!claim->sock.source) {
+		listener_socket_close(&claim->sock, true);
+		free(claim);
+		return conn_printf(conn, "ERR io cannot watch %s\n", w[3]);
+	}
+	wl_list_insert(layout->claims.prev, &claim->link);
+	weston_log("layout: claim %s on output %s at %s\n", claim->name, claim->output,
+		   claim->sock.path);
+	return conn_printf(conn, "OK\n");
+}
+
+static bool
+control_remove(struct conn *conn, char **w)
+{
+	struct claim *claim;
+
+	if (!valid_claim(w[1]))
+		return conn_printf(conn, "ERR bad-claim claim must be 1-%d of [A-Za-z0-9._-]\n",
+				   CLAIM_MAX);
+	claim = find_claim(conn->layout, w[1]);
+	if (!claim)
+		return conn_printf(conn, "ERR not-found no claim %s\n", w[1]);
+	weston_log("layout: removing claim %s (%zu clients)\n", claim->name,
+		   claim_client_count(claim));
+	claim_destroy(claim);
+	return conn_printf(conn, "OK\n");
+}
+
+static bool
+control_list(struct conn *conn)
+{
+	struct claim *claim;
+
+	if (!conn_printf(conn, "OK %d\n", wl_list_length(&conn->layout->claims)))
+		return false;
+	wl_list_for_each(claim, &conn->layout->claims, link) {
+		if (!conn_printf(conn, "%s %s %s %zu\n", claim->name, claim->output,
+				 claim->sock.path, claim_client_count(claim)))
+			return false;
+	}
+	return true;
+}
+
+static bool
+control_line(struct conn *conn, char *line)
+{
+	char *w[5];
+	int n = split_words(line, w, 4);
+
+	if (n == 4 && strcmp(w[0], "CREATE") == 0)
+		return control_create(conn, w);
+	if (n == 2 && strcmp(w[0], "REMOVE") == 0)
+		return control_remove(conn, w);
+	if (n == 1 && strcmp(w[0], "LIST") == 0)
+		return control_list(conn);
+	return conn_printf(conn, "ERR bad-request expected CREATE <claim> <output> <path>, "
+			   "REMOVE <claim> or LIST\n");
+}
+
+/* ---------- capture ---------- */
+
+static const char *
+format_name(pixman_format_code_t format)
+{
+	switch (format) {
+	case PIXMAN_x8r8g8b8: return "XRGB8888";
+	case PIXMAN_a8r8g8b8: return "ARGB8888";
+	case PIXMAN_x8b8g8r8: return "XBGR8888";
+	case PIXMAN_a8b8g8r8: return "ABGR8888";
+	default: return NULL;
+	}
+}
+
+static void
+capture_fail_pending(struct conn *conn, const char *code, const char *text)
+{
+	while (conn->pending > 0) {
+		conn->pending--;
+		if (!conn_printf(conn, "ERR %s %s\n", code, text))
+			break;
+	}
+}
+
+static bool
+capture_line(struct conn *conn, char *line)
+{
+	char *w[3];
+	struct weston_output *output;
+	int n = split_words(line, w, 2);
+
+	if (n != 2 || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
+		return conn_printf(conn, "ERR bad-request expected FRAME <output>\n");
+	output = find_output(conn->layout, w[1]);
+	if (!output)
+		return conn_printf(conn, "ERR no-output no output named %s\n", w[1]);
+	if (conn->pending > 0 && strcmp(conn->output, w[1]) != 0)
+		return conn_printf(conn, "ERR busy frames of %s are outstanding\n", conn->output);
+	if (conn->pending >= MAX_PENDING_FRAMES)
+		return conn_printf(conn, "ERR busy %d frames are outstanding\n", conn->pending);
+	strcpy(conn->output, w[1]);
+	conn->pending++;
+	weston_output_schedule_repaint(output);
+	return true;
+}
+
+/* Reads the output into a new frame for `conn`; false when the connection must go. */
+static bool
+capture_frame(struct conn *conn, struct weston_output *output)
+{
+	struct weston_compositor *ec = output->compositor;
+	const char *name = format_name(ec->read_format);
+	int32_t width = output->current_mode->width;
+	int32_t height = output->current_mode->height;
+	size_t stride, size;
+	char *pixels;
+
+	conn->pending--;
+	if (!name || PIXMAN_FORMAT_BPP(ec->read_format) != 32)
+		return conn_printf(conn, "ERR io unsupported read format 0x%08x\n",
+				   (unsigned)ec->read_format);
+	stride = (size_t)width * 4;
+	size = stride * (size_t)height;
+	pixels = malloc(size);
+	if (!pixels)
+		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
+	if (ec->renderer->read_pixels(output, ec->read_format, pixels, 0, 0, (uint32_t)width,
+				      (uint32_t)height) < 0) {
+		free(pixels);
+		return conn_printf(conn, "ERR io read_pixels failed\n");
+	}
+	if (!conn_printf(conn, "FRAME %d %d %zu %s %d %zu\n", width, height, stride, name,
+			 (ec->capabilities & WESTON_CAP_CAPTURE_YFLIP) ? 1 : 0, size)) {
+		free(pixels);
+		return false;
+	}
+	if (!conn_enqueue(conn, pixels, size, true))
+		return false;
+	conn->frame_in_flight = true;
+	return true;
+}
+
+static void
+output_frame(struct wl_listener *listener, void *data)
+{
+	struct layout_output *lo = wl_container_of(listener, lo, frame);
+	struct conn *conn, *next;
+	bool again = false;
+
+	(void)data;
+	wl_list_for_each_safe(conn, next, &lo->layout->capture.conns, link) {
+		if (conn->pending == 0 || strcmp(conn->output, lo->output->name) != 0)
+			continue;
+		if (conn->frame_in_flight) {
+			/* The reader is behind: this frame is lost to it. */
+			continue;
+		}
+		if (!capture_frame(conn, lo->output) || !conn_flush(conn)) {
+			conn_destroy(conn);
+			continue;
+		}
+		if (conn->pending > 0 && !conn->frame_in_flight)
+			again = true;
+	}
+	if (again)
+		weston_output_schedule_repaint(lo->output);
+}
+
+/* ---------- connections ---------- */
+
+static void
+conn_destroy(struct conn *conn)
+{
+	while (conn->head)
+		chunk_pop(conn);
+	wl_event_source_remove(conn->source);
+	close(conn->fd);
+	wl_list_remove(&conn->link);
+	free(conn);
+}
+
+/* Sends a last error as best it can, then drops the connection. */
+static void
+conn_abort(struct conn *conn, const char *text)
+{
+	ssize_t ignored;
+
+	while (conn->head)
+		chunk_pop(conn);
+	ignored = send(conn->fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)ignored;
+	conn_destroy(conn);
+}
+
+static bool
+conn_lines(struct conn *conn)
+{
+	char *start = conn->in, *nl;
+	size_t left = conn->in_len;
+
+	while ((nl = memchr(start, '\n', left))) {
+		size_t len = (size_t)(nl - start);
+		bool ok;
+
+		size_t consumed = len + 1;
+
+		*nl = '\0';
+		if (len > 0 && start[len - 1] == '\r')
+			start[--len] = '\0';
+		if (strlen(start) != len)
+			ok = conn_printf(conn, "ERR bad-request NUL byte in request\n");
+		else if (conn->kind == CONN_CONTROL)
+			ok = control_line(conn, start);
+		else
+			ok = capture_line(conn, start);
+		if (!ok)
+			return false;
+		left -= consumed;
+		start = nl + 1;
+	}
+	memmove(conn->in, start, left);
+	conn->in_len = left;
+	return true;
+}
+
+static int
+conn_event(int fd, uint32_t mask, void *data)
+{
+	struct conn *conn = data;
+	size_t total = 0;
+	ssize_t n;
+
+	if (mask & WL_EVENT_WRITABLE) {
+		bool had_frame = conn->frame_in_flight;
+
+		if (!conn_flush(conn)) {
+			conn_destroy(conn);
+			return 0;
+		}
+		if (had_frame && !conn->frame_in_flight && conn->pending > 0) {
+			struct weston_output *output = find_output(conn->layout, conn->output);
+
+			if (output)
+				weston_output_schedule_repaint(output);
+		}
+	}
+	if (!(mask & (WL_EVENT_READABLE | WL_EVENT_HANGUP | WL_EVENT_ERROR)))
+		return 0;
+	while (total < READ_PER_WAKEUP) {
+		n = recv(fd, conn->in + conn->in_len, sizeof conn->in - conn->in_len, MSG_DONTWAIT);
+		if (n == 0) {
+			conn_flush(conn);
+			conn_destroy(conn);
+			return 0;
+		}
+		if ((n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			conn_destroy(conn);
+			return 0;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		total += (size_t)n;
+		conn->in_len += (size_t)n;
+		if (!conn_lines(conn)) {
+			conn_destroy(conn);
+			return 0;
+		}
+		if (conn->in_len == sizeof conn->in) {
+			conn_abort(conn, "ERR too-long request line over 1023 bytes\n");
+			return 0;
+		}
+	}
+	if (!conn_flush(conn))
+		conn_destroy(conn);
+	return 0;
+}
+
+static int
+server_readable(int fd, uint32_t mask, void *data)
+{
+	struct server *server = data;
+	struct conn *conn;
+	int i, cfd;
+
+	(void)mask;
+	for (i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
+		cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (cfd < 0)
+			break;
+		if (wl_list_length(&server->conns) >= MAX_CONNECTIONS) {
+			close(cfd);
+			continue;
+		}
+		conn = calloc(1, sizeof *conn);
+		if (!conn) {
+			close(cfd);
+			continue;
+		}
+		conn->layout = server->layout;
+		conn->kind = server->kind;
+		conn->fd = cfd;
+		conn->source = wl_event_loop_add_fd(
+			wl_display_get_event_loop(server->layout->compositor->wl_display), cfd,
+			WL_EVENT_READABLE, conn_event, conn);
+		if (!conn->source) {
+			close(cfd);
+			free(conn);
+			continue;
+		}
+		wl_list_insert(&server->conns, &conn->link);
+		if (!conn_printf(conn, server->kind == CONN_CONTROL ? "LAYOUT 1\n"
+								    : "LAYOUT-CAPTURE 1\n") ||
+		    !conn_flush(conn))
+			conn_destroy(conn);
+	}
+	return 0;
+}
+
+/* ---------- outputs: backgrounds and lifecycle ---------- */
+
+static int
+background_label(struct weston_surface *surface, char *buf, size_t len)
+{
+	(void)surface;
+	return snprintf(buf, len, "layout background");
+}
+
+static void
+background_create(struct layout_output *lo)
+{
+	struct weston_output *output = lo->output;
+	struct weston_surface *surface;
+	struct weston_view *view;
+
+	surface = weston_surface_create(lo->layout->compositor);
+	if (!surface)
+		return;
+	view = weston_view_create(surface);
+	if (!view) {
+		weston_surface_destroy(surface);
+		return;
+	}
+	weston_surface_set_label_func(surface, background_label);
+	weston_surface_set_color(surface, 0.0f, 0.0f, 0.0f, 1.0f);
+	pixman_region32_fini(&surface->opaque);
+	pixman_region32_init_rect(&surface->opaque, 0, 0, output->width, output->height);
+	pixman_region32_fini(&surface->input);
+	pixman_region32_init_rect(&surface->input, 0, 0, output->width, output->height);
+	weston_surface_set_size(surface, output->width, output->height);
+	weston_view_set_position(view, output->x, output->y);
+	weston_layer_entry_insert(&lo->layout->background_layer.view_list, &view->layer_link);
+	surface->is_mapped = true;
+	view->is_mapped = true;
+	surface->output = output;
+	weston_view_set_output(view, output);
+	lo->background = view;
+}
+
+static void
+background_destroy(struct layout_output *lo)
+{
+	if (lo->background)
+		weston_surface_destroy(lo->background->surface);
+	lo->background = NULL;
+}
+
+static void
+layout_output_add(struct layout *layout, struct weston_output *output)
+{
+	struct layout_output *lo;
+
+	if (find_layout_output(layout, output))
+		return;
+	lo = calloc(1, sizeof *lo);
+	if (!lo)
+		return;
+	lo->layout = layout;
+	lo->output = output;
+	lo->frame.notify = output_frame;
+	wl_signal_add(&output->frame_signal, &lo->frame);
+	background_create(lo);
+	wl_list_insert(&layout->outputs, &lo->link);
+}
+
+static void
+layout_output_remove(struct layout_output *lo)
+{
+	struct conn *conn, *next;
+
+	wl_list_for_each_safe(conn, next, &lo->layout->capture.conns, link) {
+		if (conn->pending > 0 && strcmp(conn->output, lo->output->name) == 0) {
+			capture_fail_pending(conn, "output-gone", lo->output->name);
+			if (!conn_flush(conn))
+				conn_destroy(conn);
+		}
+	}
+	wl_list_remove(&lo->frame.link);
+	background_destroy(lo);
+	wl_list_remove(&lo->link);
+	free(lo);
+}
+
+static void
+output_created(struct wl_listener *listener, void *data)
+{
+	struct layout *layout = wl_container_of(listener, layout, output_created);
+
+	layout_output_add(layout, data);
+	relayout(layout);
+}
+
+static void
+output_destroyed(struct wl_listener *listener, void *data)
+{
+	struct layout *layout = wl_container_of(listener, layout, output_destroyed);
+	struct layout_output *lo = find_layout_output(layout, data);
+
+	if (lo)
+		layout_output_remove(lo);
+	relayout(layout);
+}
+
+static void
+output_changed(struct layout *layout, struct weston_output *output)
+{
+	struct layout_output *lo = find_layout_output(layout, output);
+
+	if (lo) {
+		background_destroy(lo);
+		background_create(lo);
+	}
+	relayout(layout);
+}
+
+static void
+output_moved(struct wl_listener *listener, void *data)
+{
+	struct layout *layout = wl_container_of(listener, layout, output_moved);
+
+	output_changed(layout, data);
+}
+
+static void
+output_resized(struct wl_listener *listener, void *data)
+{
+	struct layout *layout = wl_container_of(listener, layout, output_resized);
+
+	output_changed(layout, data);
+}
+
+/* ---------- setup and teardown ---------- */
+
+static void
+layout_destroy(struct wl_listener *listener, void *data)
+{
+	struct layout *layout = wl_container_of(listener, layout, destroy);
+	struct conn *conn, *cnext;
+	struct claim *claim, *knext;
+	struct layout_output *lo, *lnext;
+
+	(void)data;
+	wl_list_for_each_safe(conn, cnext, &layout->control.conns, link)
+		conn_destroy(conn);
+	wl_list_for_each_safe(conn, cnext, &layout->capture.conns, link)
+		conn_destroy(conn);
+	wl_list_for_each_safe(claim, knext, &layout->claims, link)
+		claim_destroy(claim);
+	listener_socket_close(&layout->control.sock, true);
+	listener_socket_close(&layout->capture.sock, true);
+	wl_list_for_each_safe(lo, lnext, &layout->outputs, link)
+		layout_output_remove(lo);
+	wl_list_remove(&layout->destroy.link);
+	wl_list_remove(&layout->output_created.link);
+	wl_list_remove(&layout->output_destroyed.link);
+	wl_list_remove(&layout->output_moved.link);
+	wl_list_remove(&layout->output_resized.link);
+	if (layout->desktop)
+		weston_desktop_destroy(layout->desktop);
+	weston_layer_fini(&layout->surface_layer);
+	weston_layer_fini(&layout->background_layer);
+	free(layout);
+}
+
+static int
+open_server(struct layout *layout, struct weston_config_section *section, const char *key,
+	    struct server *server, enum conn_kind kind)
+{
+	char *path = NULL;
+	const char *why = NULL;
+
+	server->layout = layout;
+	server->kind = kind;
+	wl_list_init(&server->conns);
+	weston_config_section_get_string(section, key, &path, NULL);
+	if (!path) {
+		weston_log("layout: no [layout] %s= in weston.ini, that socket is off\n", key);
+		return 0;
+	}
+	if (path[0] != '/' || listener_socket_open(&server->sock, path, 0660, &why) < 0) {
+		weston_log("layout: [layout] %s=%s: %s\n", key, path,
+			   why ? why : "must be an absolute path");
+		free(path);
+		return -1;
+	}
+	free(path);
+	server->sock.source = wl_event_loop_add_fd(
+		wl_display_get_event_loop(layout->compositor->wl_display), server->sock.fd,
+		WL_EVENT_READABLE, server_readable, server);
+	if (!server->sock.source) {
+		listener_socket_close(&server->sock, true);
+		return -1;
+	}
+	weston_log("layout: %s listening at %s\n", key, server->sock.path);
+	return 0;
+}
+
+WL_EXPORT int
+wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
+{
+	struct layout *layout;
+	struct weston_config_section *section;
+	struct weston_output *output;
+
+	(void)argc;
+	(void)argv;
+	layout = calloc(1, sizeof *layout);
+	if (!layout)
+		return -1;
+	if (!weston_compositor_add_destroy_listener_once(ec, &layout->destroy, layout_destroy)) {
+		free(layout);
+		return -1;
+	}
+	layout->compositor = ec;
+	wl_list_init(&layout->claims);
+	wl_list_init(&layout->outputs);
+	wl_list_init(&layout->surfaces);
+	wl_list_init(&layout->control.conns);
+	wl_list_init(&layout->capture.conns);
+	layout->control.sock.fd = layout->capture.sock.fd = -1;
+	weston_layer_init(&layout->background_layer, ec);
+	weston_layer_set_position(&layout->background_layer, WESTON_LAYER_POSITION_BACKGROUND);
+	weston_layer_init(&layout->surface_layer, ec);
+	weston_layer_set_position(&layout->surface_layer, WESTON_LAYER_POSITION_NORMAL);
+
+	layout->output_created.notify = output_created;
+	wl_signal_add(&ec->output_created_signal, &layout->output_created);
+	layout->output_destroyed.notify = output_destroyed;
+	wl_signal_add(&ec->output_destroyed_signal, &layout->output_destroyed);
+	layout->output_moved.notify = output_moved;
+	wl_signal_add(&ec->output_moved_signal, &layout->output_moved);
+	layout->output_resized.notify = output_resized;
+	wl_signal_add(&ec->output_resized_signal, &layout->output_resized);
+	wl_list_for_each(output, &ec->output_list, link)
+		layout_output_add(layout, output);
+
+	layout->desktop = weston_desktop_create(ec, &desktop_api, layout);
+	if (!layout->desktop)
+		goto fail;
+	section = weston_config_get_section(wet_get_config(ec), "layout", NULL, NULL);
+	if (open_server(layout, section, "control-socket", &layout->control, CONN_CONTROL) < 0 ||
+	    open_server(layout, section, "capture-socket", &layout->capture, CONN_CAPTURE) < 0)
+		goto fail;
+	return 0;
+
+fail:
+	weston_log("layout: shell initialisation failed\n");
+	/* The destroy listener frees everything once weston tears the compositor down. */
+	return -1;
+}
