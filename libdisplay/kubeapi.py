@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import ssl
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +68,8 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
         raise ApiUnreachableError(f"API server {endpoint.server!r} is not an http(s) URL")
     conn: http.client.HTTPConnection
     if url.scheme == "https":
+        import ssl  # noqa: PLC0415 (only in-cluster reads need TLS; it costs declare's start-up)
+
         context = ssl.create_default_context(
             cafile=str(endpoint.ca_file) if endpoint.ca_file else None
         )
