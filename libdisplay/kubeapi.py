@@ -68,7 +68,7 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
         raise ApiUnreachableError(f"API server {endpoint.server!r} is not an http(s) URL")
     conn: http.client.HTTPConnection
     if url.scheme == "https":
-        import ssl  # noqa: PLC0415 (only in-cluster reads need TLS; it costs declare's start-up)
+        import ssl  # only in-cluster reads need TLS, and its import costs declare's start-up
 
         context = ssl.create_default_context(
             cafile=str(endpoint.ca_file) if endpoint.ca_file else None
