@@ -3,9 +3,48 @@ node publisher of monitors."""
 
 from __future__ import annotations
 
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
 
 from libdisplay.cli import VERSION, setup_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("draplugin")
+
+
+def _path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
+    return click.option(
+        flag,
+        envvar=envvar,
+        default=default,
+        show_default=True,
+        type=click.Path(path_type=Path),
+        help=f"{help_text} (env {envvar}).",
+    )
+
+
+_plugin_dir = _path_option(
+    "--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
+    "The plugin's dir: dra.sock and the checkpoint",
+)
+_cdi_dir = _path_option("--cdi-root", "CDI_ROOT", "/var/run/cdi", "Where CDI specs go")
+
+
+def _aliases(values: tuple[str, ...]) -> dict[str, str]:
+    aliases = {}
+    for value in values:
+        connector, sep, name = value.partition("=")
+        if not sep or not connector or not name:
+            raise click.BadParameter(
+                f"{value!r} is not CONNECTOR=NAME", param_hint="--output-alias"
+            )
+        aliases[connector] = name
+    return aliases
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,6 +53,118 @@ from libdisplay.cli import VERSION, setup_logging
 def cli(verbose: int) -> None:
     """Publish this node's monitors and prepare them for claiming pods."""
     setup_logging(verbose)
+
+
+@cli.command("operator")
+@click.option("--node-name", envvar="NODE_NAME", required=True,
+              help="This node's name: the pool and the Displays' prefix (env NODE_NAME).")
+@_plugin_dir
+@_path_option("--registry-dir", "REGISTRY_DIR", "/var/lib/kubelet/plugins_registry",
+              "The kubelet's plugin registry dir")
+@_cdi_dir
+@_path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
+              "The weston.ini to regenerate")
+@_path_option("--mode-records-dir", "MODE_RECORDS_DIR", "/etc/weston/claims",
+              "Where each claim's mode record goes")
+@_path_option("--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts",
+              "Where restart orders go")
+@_path_option("--pid-file", "WESTON_PID_FILE", "/etc/weston/weston.pid",
+              "weston's pid, as westonctl writes it")
+@_path_option("--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
+              "The compositor's socket dir on the host, which CDI specs mount")
+@_path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR", "/var/run/display.liken.sh",
+              "Where consumers' containers see that dir")
+@click.option("--socket", envvar="WESTON_SOCKET", default="wayland-0", show_default=True,
+              help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).")
+@_path_option("--sysfs-root", "SYSFS_ROOT", "/sys", "Where sysfs is mounted")
+@_path_option("--dev-root", "DEV_ROOT", "/dev", "Where the card nodes appear")
+@click.option("--output-alias", multiple=True, metavar="CONNECTOR=NAME",
+              help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).")
+@click.option("--shell", envvar="WESTON_SHELL", default="layout.so", show_default=True,
+              help="weston's shell, as declare writes it (env WESTON_SHELL).")
+@click.option("--restart-timeout", envvar="RESTART_TIMEOUT", default=10.0, show_default=True,
+              type=click.FloatRange(min=0.1),
+              help="Seconds for a restarted compositor to answer (env RESTART_TIMEOUT).")
+@click.option("--api-server", envvar="KUBE_API_SERVER",
+              help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", type=click.Path(path_type=Path),
+              help="A kubeconfig file (env KUBECONFIG).")
+@click.option("--fault-point", envvar="DRAPLUGIN_FAULT_POINT", hidden=True,
+              help="Tests only: SIGKILL this process when it reaches this step.")
+def operator(**options: Any) -> None:
+    """Serve the kubelet: registration and the DRA service, until SIGTERM (the main mode)."""
+    from draplugin.checkpoint import CheckpointError
+    from draplugin.state import FAULT_POINTS, Driver
+
+    fault = options["fault_point"]
+    if fault is not None and fault not in FAULT_POINTS:
+        raise click.BadParameter(f"{fault!r} is not one of {', '.join(FAULT_POINTS)}",
+                                 param_hint="--fault-point")
+    from draplugin.kube import LightkubeKube
+    from draplugin.service import PluginServer
+    from draplugin.settings import KubeAccess, Settings
+
+    # lightkube's HTTP library logs every request at INFO; a person reads the plugin's lines.
+    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
+    settings = Settings(
+        node_name=options["node_name"],
+        plugin_dir=options["plugin_dir"],
+        registry_dir=options["registry_dir"],
+        cdi_dir=options["cdi_root"],
+        weston_ini=options["weston_config"],
+        mode_records_dir=options["mode_records_dir"],
+        restarts_dir=options["restarts_dir"],
+        pid_file=options["pid_file"],
+        socket_dir=options["runtime_dir"],
+        container_socket_dir=options["container_runtime_dir"],
+        socket_name=options["socket"],
+        sysfs_root=options["sysfs_root"],
+        dev_root=options["dev_root"],
+        aliases=_aliases(options["output_alias"]),
+        restart_timeout_s=options["restart_timeout"],
+        kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
+        shell=options["shell"],
+        fault_point=fault,
+    )
+    driver = Driver(settings, LightkubeKube(settings.kube))
+    try:
+        driver.recover()
+    except CheckpointError as err:
+        # Never reset it: prepared claims of running pods are only in there.
+        raise click.ClickException(f"{err}; fix or move it by hand") from err
+    server = PluginServer(settings, driver)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("got %s: stopping", signal.Signals(signum).name)
+        server.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    log.info("operator ready on node %s", settings.node_name)
+    server.wait()
+
+
+@cli.command("checkpoint")
+@_plugin_dir
+def checkpoint_cmd(plugin_dir: Path) -> None:
+    """Print the checkpoint of prepared claims (read-only)."""
+    from draplugin import checkpoint
+
+    try:
+        click.echo(checkpoint.render(checkpoint.load(checkpoint.path_in(plugin_dir))), nl=False)
+    except checkpoint.CheckpointError as err:
+        raise click.ClickException(str(err)) from err
+
+
+@cli.command("cdi")
+@_cdi_dir
+def cdi_cmd(cdi_root: Path) -> None:
+    """List the claim UIDs that have a CDI spec of this driver (read-only)."""
+    from libdisplay import cdi
+
+    for uid in cdi.list_specs(cdi_dir=cdi_root):
+        click.echo(f"{uid}\t{cdi.spec_path(uid, cdi_dir=cdi_root)}")
 
 
 if __name__ == "__main__":

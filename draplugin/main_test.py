@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from click.testing import CliRunner
+
+from draplugin import checkpoint
+from draplugin.checkpoint_test import ENTRY
+from draplugin.main import cli
+from libdisplay import cdi
+
+
+def test_checkpoint_prints_the_file_and_names_a_broken_one(tmp_path: Path) -> None:
+    checkpoint.save(checkpoint.path_in(tmp_path), checkpoint.EMPTY.with_claim(ENTRY))
+    shown = CliRunner().invoke(cli, ["checkpoint", f"--plugin-dir={tmp_path}"])
+    assert shown.exit_code == 0
+    assert shown.output == checkpoint.render(checkpoint.EMPTY.with_claim(ENTRY))
+    checkpoint.path_in(tmp_path).write_text("{")
+    broken = CliRunner().invoke(cli, ["checkpoint", f"--plugin-dir={tmp_path}"])
+    assert broken.exit_code == 1
+    assert f"checkpoint {checkpoint.path_in(tmp_path)} is not valid" in broken.output
+
+
+def test_cdi_lists_this_drivers_specs_only(tmp_path: Path) -> None:
+    delivery = cdi.SocketDelivery(host_dir=PurePosixPath("/run/d"),
+                                  container_dir=PurePosixPath("/run/d"),
+                                  socket_name="wayland-0")
+    cdi.write_spec("a1-uid", (cdi.ClaimedOutput(device="card0-dp-1", output="DP-1"),), delivery,
+                   cdi_dir=tmp_path)
+    (tmp_path / "k8s.gpu.example.com-gpu_x.yaml").write_text("{}")
+    shown = CliRunner().invoke(cli, ["cdi", f"--cdi-root={tmp_path}"])
+    assert shown.exit_code == 0
+    assert shown.output == f"a1-uid\t{cdi.spec_path('a1-uid', cdi_dir=tmp_path)}\n"
+
+
+def test_operator_refuses_an_unknown_fault_point(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["operator", "--node-name=n1", "--fault-point=nowhere", f"--plugin-dir={tmp_path}"]
+    )
+    assert result.exit_code == 2
+    assert "'nowhere' is not one of prepare-started" in result.output

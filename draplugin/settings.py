@@ -1,0 +1,57 @@
+"""Everything the operator reads from its flags and environment, in one frozen value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+DRIVER: Final = "display.liken.sh"
+REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
+DRA_SOCKET: Final = "dra.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeAccess:
+    """How to reach the API: a URL (plain, for the fake), a kubeconfig, or in-cluster."""
+
+    api_server: str | None = None
+    kubeconfig: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    node_name: str
+    plugin_dir: Path
+    registry_dir: Path
+    cdi_dir: Path
+    weston_ini: Path
+    mode_records_dir: Path
+    restarts_dir: Path
+    pid_file: Path
+    socket_dir: Path
+    """The compositor's runtime dir on the host: the CDI spec mounts it."""
+    container_socket_dir: Path
+    socket_name: str
+    sysfs_root: Path
+    dev_root: Path
+    aliases: Mapping[str, str]
+    restart_timeout_s: float
+    kube: KubeAccess
+    shell: str = "layout.so"
+    """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
+    fault_point: str | None = None
+    """Test hook: the plugin kills itself with SIGKILL when it reaches this step."""
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / DRA_SOCKET
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / REGISTRATION_SOCKET
+
+    @property
+    def wayland_socket(self) -> Path:
+        return self.socket_dir / self.socket_name

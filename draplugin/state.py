@@ -1,0 +1,386 @@
+"""Prepared claims: serialized prepare and unprepare, with the checkpoint, CDI specs and modes.
+
+Every step that writes is followed by a named fault point, so a test can kill the plugin
+(SIGKILL) right there, restart it, and check that repeating the call — or start-up recovery —
+ends with no leaked CDI spec, no lost claim and no mode record without a claim. The order:
+
+prepare: read and check everything (claim, allocation, devices now in sysfs, config against the
+monitor) -> checkpoint `started` -> mode record -> Display specs -> CDI spec -> weston.ini and
+restart -> checkpoint `prepared`.
+unprepare: checkpoint `unpreparing` -> CDI spec removed -> Display specs restored -> mode
+record removed -> weston.ini and restart -> checkpoint entry removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Final, Literal, Protocol, get_args
+
+from draplugin import checkpoint, modes
+from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
+from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
+from draplugin.claimconfig import ClaimConfigError, DisplayConfig, from_json
+from draplugin.kube import Kube, KubeError
+from draplugin.settings import Settings
+from libdisplay import cdi, drm
+from libdisplay.cdi import ClaimedOutput, SocketDelivery
+from libdisplay.display import display_name
+from libdisplay.modes import Mode
+from libdisplay.outputs import Monitor, read_monitor
+from libdisplay.weston import WestonIniError, check_output_mode
+
+log = logging.getLogger(__name__)
+
+FaultPoint = Literal[
+    "prepare-started",
+    "prepare-mode-recorded",
+    "prepare-display-written",
+    "prepare-cdi-written",
+    "prepare-restarted",
+    "prepare-completed",
+    "unprepare-started",
+    "unprepare-cdi-removed",
+    "unprepare-display-restored",
+    "unprepare-mode-removed",
+    "unprepare-restarted",
+    "unprepare-completed",
+]
+FAULT_POINTS: Final = get_args(FaultPoint)
+
+# What fails a claim without being the claim's fault: the API, the compositor, the disk.
+_FAILURES: Final = (
+    KubeError, modes.ModesError, drm.DrmError, cdi.CdiError, checkpoint.CheckpointError, OSError
+)
+
+
+class PrepareError(Exception):
+    """One claim cannot be prepared; the message is the claim's `error` for the kubelet."""
+
+
+class DdcNotSupportedError(PrepareError):
+    """The claim asks for DDC/CI settings, which this version cannot apply yet."""
+
+
+class DdcHook(Protocol):
+    """Applies a claim's DDC/CI settings to its monitor (filled in by the publisher's issue)."""
+
+    def check(self, connector: drm.Connector, config: DisplayConfig) -> None: ...
+
+
+class NoDdc:
+    """Refuses every DDC/CI setting until the DDC/CI publisher exists."""
+
+    def check(self, connector: drm.Connector, config: DisplayConfig) -> None:
+        if config.ddc_settings:
+            raise DdcNotSupportedError(
+                f"DDC/CI settings ({', '.join(config.ddc_settings)}) for {connector.name} "
+                "are not supported yet"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    uid: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A claim's answer: its devices, or the error that failed it."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A checked claim, ready to write."""
+
+    entry: ClaimEntry
+    outputs: tuple[ClaimedOutput, ...]
+    record: modes.ModeRecord | None
+
+
+class Driver:
+    """The claims of this node. One prepare or unprepare batch runs at a time."""
+
+    def __init__(self, settings: Settings, kube: Kube, *, ddc: DdcHook | None = None) -> None:
+        self._settings = settings
+        self._kube = kube
+        self._ddc = ddc or NoDdc()
+        self._lock = threading.Lock()
+        self._checkpoint_path = checkpoint.path_in(settings.plugin_dir)
+        self._delivery = SocketDelivery(
+            host_dir=PurePosixPath(settings.socket_dir),
+            container_dir=PurePosixPath(settings.container_socket_dir),
+            socket_name=settings.socket_name,
+        )
+
+    # --- the kubelet's calls ---------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Prepared]:
+        with self._lock:
+            return {c.uid: self._prepare_one(c) for c in claims}
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        with self._lock:
+            return {c.uid: self._unprepare_one(c) for c in claims}
+
+    def _prepare_one(self, ref: ClaimRef) -> Prepared:
+        try:
+            devices = self._prepare(ref)
+        except (PrepareError, AllocationError, ClaimConfigError) as err:
+            log.warning("claim %s/%s (%s) not prepared: %s", ref.namespace, ref.name, ref.uid,
+                        err)
+            return Prepared(error=str(err))
+        except _FAILURES as err:
+            log.error("claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, err)
+            return Prepared(error=f"prepare failed: {err}")
+        return Prepared(devices=devices)
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            self._unprepare(ref.uid)
+        except _FAILURES as err:
+            log.error("claim %s/%s (%s) not unprepared: %s", ref.namespace, ref.name, ref.uid,
+                      err)
+            return f"unprepare failed: {err}"
+        return ""
+
+    # --- prepare ---------------------------------------------------------------------------
+
+    def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        current = self._load()
+        known = current.claims.get(ref.uid)
+        if known is not None and known.state == "prepared":
+            self._ensure_cdi(known)
+            log.info("claim %s/%s (%s) was prepared already", ref.namespace, ref.name, ref.uid)
+            return known.devices
+        plan = self._plan(ref)
+        self._save(current.with_claim(plan.entry))
+        self._fault("prepare-started")
+        if plan.record is not None:
+            self._write_modes(plan.record)
+        cdi.write_spec(ref.uid, plan.outputs, self._delivery, cdi_dir=self._settings.cdi_dir)
+        self._fault("prepare-cdi-written")
+        if plan.record is not None:
+            self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode")
+        self._fault("prepare-restarted")
+        self._save(self._load().with_claim(plan.entry.with_state("prepared")))
+        self._fault("prepare-completed")
+        log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
+                 ", ".join(f"{d.device} ({d.output})" for d in plan.entry.devices))
+        return plan.entry.devices
+
+    def _plan(self, ref: ClaimRef) -> _Plan:
+        claim = self._kube.get_claim(ref.namespace, ref.name)
+        if claim is None:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} not found")
+        uid = (claim.get("metadata") or {}).get("uid")
+        if uid != ref.uid:
+            raise PrepareError(
+                f"ResourceClaim {ref.namespace}/{ref.name} has uid {uid}, not {ref.uid}: "
+                "it was replaced"
+            )
+        allocated = allocated_devices(claim, pool=self._settings.node_name)
+        connectors = self._connectors()
+        prepared, outputs, configs = [], [], {}
+        for device in allocated:
+            connector = connectors.get(device.device)
+            if connector is None or not connector.connected:
+                raise PrepareError(
+                    f"device {device.device} has no connected monitor on this node now"
+                )
+            config = self._check_config(device, read_monitor(connector))
+            self._ddc.check(connector, config)
+            output = self._settings.aliases.get(connector.output_name, connector.output_name)
+            claimed = ClaimedOutput(device=device.device, output=output)
+            outputs.append(claimed)
+            prepared.append(
+                PreparedDevice(
+                    request=device.request_name,
+                    pool=device.pool,
+                    device=device.device,
+                    output=output,
+                    cdi_ids=cdi.device_ids(ref.uid, (claimed,)),
+                )
+            )
+            configs[device.device] = config
+        entry = ClaimEntry(
+            uid=ref.uid,
+            name=ref.name,
+            namespace=ref.namespace,
+            state="started",
+            devices=tuple(prepared),
+            config={d: c.to_json() for d, c in configs.items()},
+        )
+        return _Plan(entry=entry, outputs=tuple(outputs), record=self._record_for(ref, configs))
+
+    def _check_config(self, device: AllocatedDevice, monitor: Monitor) -> DisplayConfig:
+        """The device's config, with `mode` checked against what the monitor offers."""
+        config = device.config
+        if config.mode == "preferred" or not isinstance(config.mode, Mode):
+            return config
+        try:
+            check_output_mode(config.mode, monitor.offered, output=monitor.connector.output_name)
+        except WestonIniError as err:
+            offered = ", ".join(str(m) for m in monitor.offered) or "none"
+            raise ClaimConfigError(
+                f"field 'mode' value '{config.mode}': monitor {monitor.label} of device "
+                f"{device.device} does not offer it (offers {offered})"
+            ) from err
+        return config
+
+    def _record_for(
+        self, ref: ClaimRef, configs: dict[str, DisplayConfig]
+    ) -> modes.ModeRecord | None:
+        outputs = {d: modes.output_fields(c) for d, c in configs.items() if c.states_output}
+        if not outputs:
+            return None
+        existing = modes.read_record(self._settings.mode_records_dir, ref.uid)
+        if existing is not None:
+            # A repeated prepare after a crash: the Displays may hold the claim's values
+            # already, so what they said before is only in the first record.
+            previous = dict(existing.previous)
+        else:
+            previous = {
+                d: modes.read_previous(self._kube, self._display_name(d)) for d in outputs
+            }
+        return modes.ModeRecord(claim_uid=ref.uid, outputs=outputs, previous=previous)
+
+    def _write_modes(self, record: modes.ModeRecord) -> None:
+        modes.write_record(self._settings.mode_records_dir, record)
+        self._fault("prepare-mode-recorded")
+        modes.write_claimed(self._kube, node=self._settings.node_name, record=record)
+        self._fault("prepare-display-written")
+
+    def _apply_modes(self, *, reason: str) -> None:
+        if modes.regenerate(self._settings, self._kube):
+            modes.restart_compositor(self._settings, reason=reason)
+
+    # --- unprepare -------------------------------------------------------------------------
+
+    def _unprepare(self, uid: str) -> None:
+        current = self._load()
+        entry = current.claims.get(uid)
+        if entry is None:
+            if self._clean_orphan(uid):
+                log.info("cleaned what a crash left of claim %s", uid)
+            else:
+                log.info("unprepare of claim %s, which is not prepared here: nothing to do", uid)
+            return
+        self._save(current.with_claim(entry.with_state("unpreparing")))
+        self._fault("unprepare-started")
+        self._finish_unprepare(entry)
+        log.info("unprepared claim %s/%s (%s)", entry.namespace, entry.name, uid)
+
+    def _finish_unprepare(self, entry: ClaimEntry) -> None:
+        cdi.remove_spec(entry.uid, cdi_dir=self._settings.cdi_dir)
+        self._fault("unprepare-cdi-removed")
+        stated = any(from_json(c).states_output for c in entry.config.values())
+        self._remove_modes(entry.uid)
+        if stated:
+            self._apply_modes(reason=f"claim {entry.namespace}/{entry.name} released its mode")
+        self._fault("unprepare-restarted")
+        self._save(self._load().without_claim(entry.uid))
+        self._fault("unprepare-completed")
+
+    def _remove_modes(self, uid: str) -> bool:
+        records_dir = self._settings.mode_records_dir
+        record = modes.read_record(records_dir, uid)
+        if record is None:
+            return False
+        modes.restore_previous(self._kube, node=self._settings.node_name, record=record)
+        self._fault("unprepare-display-restored")
+        modes.remove_record(records_dir, uid)
+        self._fault("unprepare-mode-removed")
+        return True
+
+    def _clean_orphan(self, uid: str) -> bool:
+        removed = cdi.remove_spec(uid, cdi_dir=self._settings.cdi_dir)
+        if self._remove_modes(uid):
+            self._apply_modes(reason=f"claim {uid} is gone")
+            removed = True
+        return removed
+
+    # --- start-up ----------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Bring the node in line with the checkpoint after a start (or a crash).
+
+        Prepared claims get back a CDI spec `/var/run/cdi` lost (tmpfs); an unprepare that
+        began is finished; a started prepare whose claim is gone or was replaced is undone;
+        CDI specs and mode records of claims the checkpoint does not hold are removed.
+        """
+        with self._lock:
+            for entry in self._load().claims.values():
+                try:
+                    self._recover_entry(entry)
+                except _FAILURES as err:
+                    # The kubelet's next call for this claim repeats the work.
+                    log.error("cannot recover claim %s yet: %s", entry.uid, err)
+            held = set(self._load().claims)
+            stray = (set(cdi.list_specs(cdi_dir=self._settings.cdi_dir))
+                     | set(modes.list_records(self._settings.mode_records_dir))) - held
+            for uid in sorted(stray):
+                log.info("removing what claim %s left behind: it is not in the checkpoint", uid)
+                try:
+                    self._clean_orphan(uid)
+                except _FAILURES as err:
+                    log.error("cannot remove what claim %s left behind yet: %s", uid, err)
+
+    def _recover_entry(self, entry: ClaimEntry) -> None:
+        if entry.state == "prepared":
+            self._ensure_cdi(entry)
+        elif entry.state == "unpreparing":
+            log.info("finishing the unprepare of claim %s that a stop interrupted", entry.uid)
+            self._finish_unprepare(entry)
+        elif self._claim_gone(entry):
+            log.info("undoing the prepare of claim %s/%s (%s): the claim is gone",
+                     entry.namespace, entry.name, entry.uid)
+            self._finish_unprepare(entry)
+
+    def _claim_gone(self, entry: ClaimEntry) -> bool:
+        try:
+            claim = self._kube.get_claim(entry.namespace, entry.name)
+        except KubeError as err:
+            log.warning("cannot check claim %s (%s): keeping its started prepare", entry.uid, err)
+            return False
+        return claim is None or (claim.get("metadata") or {}).get("uid") != entry.uid
+
+    def _ensure_cdi(self, entry: ClaimEntry) -> None:
+        path = cdi.spec_path(entry.uid, cdi_dir=self._settings.cdi_dir)
+        if path.exists():
+            return
+        outputs = tuple(ClaimedOutput(device=d.device, output=d.output) for d in entry.devices)
+        cdi.write_spec(entry.uid, outputs, self._delivery, cdi_dir=self._settings.cdi_dir)
+        log.info("rewrote the missing CDI spec of prepared claim %s", entry.uid)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _connectors(self) -> dict[str, drm.Connector]:
+        cards = drm.enumerate_cards(
+            sysfs_root=self._settings.sysfs_root, dev_root=self._settings.dev_root
+        )
+        return {c.device_name: c for card in cards for c in card.connectors}
+
+    def _display_name(self, device: str) -> str:
+        return display_name(self._settings.node_name, device)
+
+    def _load(self) -> Checkpoint:
+        return checkpoint.load(self._checkpoint_path)
+
+    def _save(self, value: Checkpoint) -> None:
+        checkpoint.save(self._checkpoint_path, value)
+
+    def _fault(self, point: FaultPoint) -> None:
+        if self._settings.fault_point == point:
+            log.warning("fault point %s reached: killing this process", point)
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,533 @@
+"""The operator's kubelet plugin, as a process, driven by a kubelet stand-in over unix sockets.
+
+The plugin runs as the built PEX under Pants (`draplugin/draplugin.pex` is in the sandbox)
+and as `python -m draplugin.main` in a plain pytest run. Claims live in the fake apiserver; a
+simulated sysfs card holds the monitors; a real headless weston, supervised by westonctl,
+is restarted for the mode change. Crash points kill the plugin with SIGKILL at each step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from draplugin.service import WORKERS
+from draplugin.state import FAULT_POINTS
+from fakekube.client import sync_client
+from fakekube.server import FakeKube
+from fakekube.testing import resource_claim
+from libdisplay import cdi
+from libdisplay.display import API_VERSION, display_name
+from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.modes import Mode
+from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
+from libdisplay.wayland import Liveness, list_outputs, probe
+from tests.support.crds import display_crd
+from tests.support.kubelet import Claim, Kubelet, get_info
+from tests.support.processes import Process, running, unix_socket_accepts
+
+NODE = "kiosk-1"
+DRIVER = "display.liken.sh"
+HDMI = "card0-hdmi-a-1"
+DP = "card0-dp-1"
+START_TIMEOUT_S = 60.0
+SHELL = "kiosk-shell.so"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    root: Path
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "plugins" / DRIVER
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.root / "plugins_registry"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{DRIVER}-reg.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc-weston"
+
+    @property
+    def records_dir(self) -> Path:
+        return self.etc / "claims"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.root / "run"
+
+    def checkpoint(self) -> dict[str, Any]:
+        path = self.plugin_dir / "checkpoint.json"
+        if not path.exists():
+            return {}
+        claims: dict[str, Any] = json.loads(path.read_text())["claims"]
+        return claims
+
+    def records(self) -> set[str]:
+        if not self.records_dir.exists():
+            return set()
+        return {p.stem for p in self.records_dir.glob("*.json")}
+
+
+def _command(name: str) -> list[str]:
+    """The built PEX when Pants put it in the sandbox, else the module from the source tree."""
+    pex = Path(name) / f"{name}.pex"
+    if pex.is_file():
+        return [str(pex.resolve())]
+    return [sys.executable, "-m", f"{name}.main"]
+
+
+def _env(pex_root: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PEX_ROOT": str(pex_root),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        **extra,
+    }
+
+
+def _monitor(type_name: str, index: int, preferred: Mode, others: Sequence[Mode]) -> SimConnector:
+    edid = build_edid(
+        EdidParams(name=f"{type_name} {index}", serial_number=index, preferred=preferred,
+                   detailed=tuple(others))
+    )
+    modes = tuple(f"{m.width}x{m.height}" for m in (preferred, *others))
+    return SimConnector(type=type_name, index=index, edid=edid, modes=modes)
+
+
+def make_node(root: Path) -> Node:
+    node = Node(root)
+    card = SimCard(
+        connectors=(
+            _monitor("HDMI-A", 1, Mode(1920, 1080, 60000), (Mode(1280, 720, 60000),)),
+            _monitor("DP", 1, Mode(1280, 1024, 60000), ()),
+            SimConnector(type="DP", index=2, status="disconnected"),
+        )
+    )
+    write_tree(root, card)
+    return node
+
+
+def make_kube() -> FakeKube:
+    fake = FakeKube().start()
+    fake.register_crd(display_crd())
+    for device, spec in ((HDMI, {}), (DP, {"mode": "1280x1024@60"})):
+        fake.create({"apiVersion": API_VERSION, "kind": "Display",
+                     "metadata": {"name": display_name(NODE, device)}, "spec": spec})
+    return fake
+
+
+def display_spec(fake: FakeKube, device: str) -> dict[str, Any]:
+    obj = fake.get(API_VERSION, "Display", display_name(NODE, device))
+    assert obj is not None
+    spec: dict[str, Any] = obj["spec"]
+    return spec
+
+
+def config(**fields: object) -> dict[str, object]:
+    return {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig", **fields}
+
+
+def make_claim(
+    fake: FakeKube,
+    name: str,
+    *,
+    devices: Sequence[str] = (HDMI,),
+    params: Mapping[str, object] | None = None,
+    class_params: Mapping[str, object] | None = None,
+    pool: str = NODE,
+) -> Claim:
+    """A claim allocated `devices` of this driver, one request each, with opaque configs."""
+    uid = fake.create(resource_claim(name))["metadata"]["uid"]
+    results = [
+        {"request": "screen", "driver": DRIVER, "pool": pool, "device": d} for d in devices
+    ]
+    configs = []
+    if class_params is not None:
+        configs.append({"source": "FromClass", "requests": [],
+                        "opaque": {"driver": DRIVER, "parameters": dict(class_params)}})
+    if params is not None:
+        configs.append({"source": "FromClaim", "requests": ["screen"],
+                        "opaque": {"driver": DRIVER, "parameters": dict(params)}})
+    status = {"allocation": {"devices": {"results": results, "config": configs}}}
+    sync_client(fake.url).patch(ResourceClaim.Status, name, {"status": status},
+                                namespace="default")
+    return Claim(uid=uid, name=name)
+
+
+@contextlib.contextmanager
+def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = None,
+           restart_timeout: float = 30.0, alias: str | None = None) -> Iterator[Process]:
+    argv = [
+        *_command("draplugin"),
+        "operator",
+        f"--node-name={NODE}",
+        f"--plugin-dir={node.plugin_dir}",
+        f"--registry-dir={node.registry_dir}",
+        f"--cdi-root={node.cdi_dir}",
+        f"--weston-config={node.etc / 'weston.ini'}",
+        f"--mode-records-dir={node.records_dir}",
+        f"--restarts-dir={node.etc / 'restarts'}",
+        f"--pid-file={node.etc / 'weston.pid'}",
+        f"--runtime-dir={node.runtime_dir}",
+        f"--container-runtime-dir={node.runtime_dir}",
+        f"--sysfs-root={sysfs_root(node.root)}",
+        f"--dev-root={dev_root(node.root)}",
+        f"--api-server={fake.url}",
+        f"--restart-timeout={restart_timeout}",
+        # A stock shell: these tests are about modes, not the layout module.
+        f"--shell={SHELL}",
+        *([f"--output-alias={alias}"] if alias else []),
+    ]
+    extra = {"DRAPLUGIN_FAULT_POINT": fault} if fault else {}
+    with running(
+        argv,
+        log_path=node.root / "plugin.log",
+        env=_env(pex_root, **extra),
+        ready=lambda _: unix_socket_accepts(node.registration_socket),
+        ready_timeout=START_TIMEOUT_S,
+        what="registration socket accepts",
+    ) as process:
+        yield process
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return make_node(tmp_path)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKube]:
+    kube = make_kube()
+    try:
+        yield kube
+    finally:
+        kube.stop()
+
+
+# --- registration ----------------------------------------------------------------------------
+
+
+def test_registration_and_socket_lifecycle(node: Node, fake: FakeKube, pex_root: Path) -> None:
+    node.registry_dir.mkdir(parents=True)
+    node.registration_socket.write_text("stale")
+    with plugin(node, fake, pex_root) as process:
+        info = get_info(node.registration_socket)
+        assert (info.type, info.name, info.endpoint) == (
+            "DRAPlugin", DRIVER, str(node.plugin_dir / "dra.sock")
+        )
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"
+        ]
+        with Kubelet(node.registration_socket, driver=DRIVER) as kubelet:
+            assert kubelet.service == "v1.DRAPlugin"
+            assert kubelet.prepare([]) == {}
+            # No compositor answers on this node, so every connected monitor is unhealthy.
+            assert kubelet.health() == {HDMI: "UNHEALTHY", DP: "UNHEALTHY"}
+        stopped = process.stop()
+    assert stopped.returncode == 0 and not stopped.killed
+    assert not node.registration_socket.exists()
+    assert not (node.plugin_dir / "dra.sock").exists()
+
+
+# --- prepare and unprepare -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_prepare_unprepare_and_idempotency(
+    node: Node, fake: FakeKube, pex_root: Path, version: Any
+) -> None:
+    claim = make_claim(fake, "kiosk", devices=(HDMI, DP))
+    with plugin(node, fake, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
+        first = k.prepare([claim], version=version)[claim.uid]
+        assert first.error == ""
+        assert [(d.device_name, d.pool_name, d.request_names) for d in first.devices] == [
+            (HDMI, NODE, ("screen",)), (DP, NODE, ("screen",))
+        ]
+        assert [d.cdi_device_ids for d in first.devices] == [
+            (f"k8s.display.liken.sh/display={claim.uid}-{HDMI}",),
+            (f"k8s.display.liken.sh/display={claim.uid}-{DP}",),
+        ]
+        spec = json.loads(cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).read_text())
+        edits = spec["devices"][0]["containerEdits"]
+        assert edits["mounts"][0]["hostPath"] == str(node.runtime_dir)
+        assert f"XDG_RUNTIME_DIR={node.runtime_dir}" in edits["env"]
+        assert "WAYLAND_DISPLAY=wayland-0" in edits["env"]
+        assert "DISPLAY_OUTPUT_CARD0_HDMI_A_1=HDMI-A-1" in edits["env"]
+        assert node.checkpoint()[claim.uid]["state"] == "prepared"
+
+        assert k.prepare([claim], version=version)[claim.uid] == first
+
+        assert k.unprepare([claim], version=version) == {claim.uid: ""}
+        assert not cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
+        assert node.checkpoint() == {}
+        never = Claim(uid="0f0e0d0c-never-prepared", name="never")
+        assert k.unprepare([never, claim], version=version) == {never.uid: "", claim.uid: ""}
+
+
+BAD_CLAIMS: dict[str, tuple[dict[str, Any], str]] = {
+    # id: (make_claim arguments, text the error must contain)
+    "unknown-field": ({"params": config(colour="red")}, "unknown field 'colour'"),
+    "wrong-kind": ({"params": {"apiVersion": "display.liken.sh/v1alpha1", "kind": "GpuConfig"}},
+                   "'GpuConfig' is not display.liken.sh/v1alpha1/DisplayConfig"),
+    "mode-type": ({"params": config(mode=1080)}, "field 'mode' must be a string"),
+    "mode-syntax": ({"params": config(mode="big")}, "field 'mode' value 'big'"),
+    "mode-not-offered": ({"params": config(mode="3840x2160@60")},
+                         "field 'mode' value '3840x2160@60'"),
+    "transform": ({"params": config(transform="sideways")},
+                  "field 'transform' value 'sideways'"),
+    "scale-range": ({"params": config(scale=9)}, "field 'scale' value 9 is out of range 1-4"),
+    "scale-type": ({"params": config(scale="2")}, "field 'scale' must be a whole number"),
+    "brightness-range": ({"params": config(brightness=101)},
+                         "field 'brightness' value 101 is out of range 0-100"),
+    "input": ({"params": config(input="SCART")}, "field 'input' value 'SCART'"),
+    "power": ({"params": config(power="maybe")}, "field 'power' value 'maybe'"),
+    "class-config": ({"class_params": config(contrast=-1)},
+                     "class config 0: field 'contrast' value -1"),
+    "ddc-not-supported": ({"params": config(brightness=40)},
+                          "DDC/CI settings (brightness) for card0-HDMI-A-1 are not supported yet"),
+    "absent-device": ({"devices": ("card0-dp-2",)},
+                      "device card0-dp-2 has no connected monitor on this node now"),
+    "other-pool": ({"pool": "kiosk-2"}, "is in pool 'kiosk-2', not this node's pool"),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_plugin(
+    tmp_path_factory: pytest.TempPathFactory, pex_root: Path
+) -> Iterator[tuple[Node, FakeKube, Kubelet]]:
+    node = make_node(tmp_path_factory.mktemp("node"))
+    kube = make_kube()
+    try:
+        with plugin(node, kube, pex_root), Kubelet(node.registration_socket,
+                                                   driver=DRIVER) as kubelet:
+            yield node, kube, kubelet
+    finally:
+        kube.stop()
+
+
+@pytest.mark.parametrize("case", list(BAD_CLAIMS), ids=list(BAD_CLAIMS))
+def test_bad_claim_fails_alone_and_writes_nothing(
+    shared_plugin: tuple[Node, FakeKube, Kubelet], case: str
+) -> None:
+    node, kube, kubelet = shared_plugin
+    arguments, message = BAD_CLAIMS[case]
+    bad = make_claim(kube, f"bad-{case}", **arguments)
+    good = make_claim(kube, f"good-{case}", devices=(DP,))
+    answers = kubelet.prepare([bad, good])
+    assert message in answers[bad.uid].error
+    assert answers[bad.uid].devices == ()
+    assert answers[good.uid].error == "" and len(answers[good.uid].devices) == 1
+    assert bad.uid not in node.checkpoint()
+    assert bad.uid not in cdi.list_specs(cdi_dir=node.cdi_dir)
+    assert bad.uid not in node.records()
+    assert kubelet.unprepare([good]) == {good.uid: ""}
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [("missing", "ResourceClaim default/ghost not found"), ("replaced", "it was replaced")],
+    ids=["missing", "replaced"],
+)
+def test_claim_that_is_gone_or_replaced(
+    shared_plugin: tuple[Node, FakeKube, Kubelet], case: str, message: str
+) -> None:
+    _, kube, kubelet = shared_plugin
+    if case == "missing":
+        claim = Claim(uid="1a2b3c4d-ghost", name="ghost")
+    else:
+        real = make_claim(kube, "replaced")
+        claim = Claim(uid="9999-old-uid", name=real.name)
+    assert message in kubelet.prepare([claim])[claim.uid].error
+
+
+# --- start-up recovery and crash points -----------------------------------------------------
+
+
+def test_start_rewrites_lost_cdi_specs(node: Node, fake: FakeKube, pex_root: Path) -> None:
+    claim = make_claim(fake, "kiosk")
+    with plugin(node, fake, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
+        assert k.prepare([claim])[claim.uid].error == ""
+    path = cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir)
+    written = path.read_text()
+    path.unlink()  # /var/run/cdi is tmpfs: a reboot empties it, the checkpoint stays
+    with plugin(node, fake, pex_root):
+        assert path.read_text() == written
+
+
+def _check_invariants(node: Node) -> None:
+    """No CDI spec and no mode record of a claim the checkpoint does not hold."""
+    held = set(node.checkpoint())
+    assert set(cdi.list_specs(cdi_dir=node.cdi_dir)) <= held
+    assert node.records() <= held
+
+
+def _dies(process: Process, call: Any) -> None:
+    with pytest.raises(grpc.RpcError):
+        call()
+    assert process.wait(timeout=30.0) == -9
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS, ids=FAULT_POINTS)
+def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> None:
+    claim = make_claim(fake, "kiosk", params=config(mode="1280x720@60", transform="rotate-90"))
+    if point.startswith("unprepare"):
+        with plugin(node, fake, pex_root), Kubelet(node.registration_socket,
+                                                   driver=DRIVER) as k:
+            assert k.prepare([claim])[claim.uid].error == ""
+    assert display_spec(fake, HDMI) == ({} if point.startswith("prepare") else
+                                        {"mode": "1280x720@60", "transform": "rotate-90"})
+
+    with plugin(node, fake, pex_root, fault=point) as process, Kubelet(
+        node.registration_socket, driver=DRIVER
+    ) as k:
+        call = k.prepare if point.startswith("prepare") else k.unprepare
+        _dies(process, lambda: call([claim]))
+
+    with plugin(node, fake, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
+        _check_invariants(node)
+        if point.startswith("prepare"):
+            answer = k.prepare([claim])[claim.uid]
+            assert answer.error == "" and [d.device_name for d in answer.devices] == [HDMI]
+            assert node.checkpoint()[claim.uid]["state"] == "prepared"
+            assert cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
+            assert node.records() == {claim.uid}
+            assert display_spec(fake, HDMI) == {"mode": "1280x720@60", "transform": "rotate-90"}
+            assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
+        assert k.unprepare([claim]) == {claim.uid: ""}
+        _check_invariants(node)
+        assert node.checkpoint() == {} and node.records() == set()
+        assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
+        assert display_spec(fake, HDMI) == {}
+        assert "mode=1920x1080@60" in (node.etc / "weston.ini").read_text()
+
+
+def test_start_undoes_started_prepare_of_deleted_claim(
+    node: Node, fake: FakeKube, pex_root: Path
+) -> None:
+    claim = make_claim(fake, "kiosk", params=config(mode="1280x720@60"))
+    with plugin(node, fake, pex_root, fault="prepare-cdi-written") as process, Kubelet(
+        node.registration_socket, driver=DRIVER
+    ) as k:
+        _dies(process, lambda: k.prepare([claim]))
+    assert node.checkpoint()[claim.uid]["state"] == "started"
+    sync_client(fake.url).delete(ResourceClaim, claim.name, namespace="default")
+    with plugin(node, fake, pex_root):
+        assert node.checkpoint() == {}
+        assert cdi.list_specs(cdi_dir=node.cdi_dir) == () and node.records() == set()
+        assert display_spec(fake, HDMI) == {}
+
+
+# --- a mode change on a real compositor ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def weston(node: Node, pex_root: Path) -> Iterator[Path]:
+    socket = node.runtime_dir / "wayland-0"
+    node.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    argv = [
+        *_command("westonctl"),
+        "weston",
+        f"--config={node.etc / 'weston.ini'}",
+        f"--runtime-dir={node.runtime_dir}",
+        f"--restarts-dir={node.etc / 'restarts'}",
+        f"--pid-file={node.etc / 'weston.pid'}",
+        "--backend=headless-backend.so",
+        "--",
+        "--use-pixman",
+    ]
+    with running(
+        argv,
+        log_path=node.root / "westonctl.log",
+        env=_env(pex_root),
+        ready=lambda _: probe(socket, timeout=1.0).state is Liveness.ANSWERING,
+        ready_timeout=START_TIMEOUT_S,
+        what="weston answering",
+    ):
+        yield socket
+
+
+def _headless_size(socket: Path) -> tuple[int, int, int]:
+    (output,) = list_outputs(socket, timeout=10.0)
+    return output.mode.width, output.mode.height, output.transform.value
+
+
+INITIAL_INI = f"[core]\nshell={SHELL}\n\n[output]\nname=headless\nmode=1920x1080@60\n"
+
+
+def test_mode_change_restarts_the_compositor(node: Node, fake: FakeKube, pex_root: Path) -> None:
+    node.etc.mkdir(parents=True)
+    (node.etc / "weston.ini").write_text(INITIAL_INI)
+    claim = make_claim(fake, "kiosk", params=config(mode="1280x720@60"))
+    with (
+        weston(node, pex_root) as socket,
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless"),
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        assert _headless_size(socket)[:2] == (1920, 1080)
+        before = (node.etc / "weston.pid").read_text()
+        assert k.prepare([claim])[claim.uid].error == ""
+        assert (node.etc / "weston.pid").read_text() != before
+        assert _headless_size(socket)[:2] == (1280, 720)
+        assert display_spec(fake, HDMI) == {"mode": "1280x720@60"}
+        assert k.unprepare([claim]) == {claim.uid: ""}
+        assert _headless_size(socket)[:2] == (1920, 1080)
+        assert display_spec(fake, HDMI) == {}
+
+
+# --- no growth over many cycles -------------------------------------------------------------
+
+
+def _usage(pid: int) -> tuple[int, int, int]:
+    """Open files, threads and RSS (KiB) of `pid`."""
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return fds, int(status["Threads"]), int(status["VmRSS"].split()[0])
+
+
+CYCLES = 1000
+WARM_UP = 50
+
+
+def test_cycles_do_not_grow_files_threads_or_memory(
+    node: Node, fake: FakeKube, pex_root: Path
+) -> None:
+    claim = make_claim(fake, "kiosk", devices=(HDMI, DP))
+    with plugin(node, fake, pex_root) as process, Kubelet(node.registration_socket,
+                                                          driver=DRIVER) as k:
+        idle_threads = _usage(process.pid)[1]
+        for cycle in range(CYCLES + WARM_UP):
+            if cycle == WARM_UP:
+                before = _usage(process.pid)
+            assert k.prepare([claim])[claim.uid].error == ""
+            assert k.unprepare([claim]) == {claim.uid: ""}
+        after = _usage(process.pid)
+    print(f"after {CYCLES} cycles: fds {before[0]}->{after[0]}, threads {before[1]}->"
+          f"{after[1]}, RSS {before[2]}->{after[2]} KiB")
+    assert after[0] <= before[0]
+    # gRPC's pool starts a worker whenever none is idle at the moment a call arrives, up to
+    # its cap: a bound, not growth.
+    assert after[1] <= idle_threads + WORKERS
+    assert after[2] - before[2] < 8 * 1024
