@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from libdisplay.cli import VERSION, setup_logging
+from libdisplay.cli import binary_group, output_aliases
 
 _sysfs_option = click.option(
     "--sysfs-root",
@@ -29,24 +29,7 @@ _dev_option = click.option(
 )
 
 
-def _aliases(values: tuple[str, ...]) -> dict[str, str]:
-    aliases = {}
-    for value in values:
-        connector, sep, name = value.partition("=")
-        if not sep or not connector or not name:
-            raise click.BadParameter(
-                f"{value!r} is not CONNECTOR=NAME", param_hint="--output-alias"
-            )
-        aliases[connector] = name
-    return aliases
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(VERSION, prog_name="declare")
-@click.option("-v", "--verbose", count=True, help="Log at debug level.")
-def cli(verbose: int) -> None:
-    """Write weston's config for the monitors on the claimed card."""
-    setup_logging(verbose)
+cli = binary_group("declare", "Write weston's config for the monitors on the claimed card.")
 
 
 @cli.command("declare")
@@ -119,7 +102,7 @@ def declare_cmd(
         node_name=node_name,
         endpoint=endpoint,
         api_timeout_s=api_timeout,
-        aliases=_aliases(output_alias),
+        aliases=output_aliases(output_alias),
         shell=shell,
     )
     try:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from libdisplay.cli import VERSION, setup_logging
+from libdisplay.cli import binary_group, output_aliases
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")
@@ -29,68 +29,109 @@ def _path_option(flag: str, envvar: str, default: str, help_text: str) -> Callab
 
 
 _plugin_dir = _path_option(
-    "--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
+    "--plugin-dir",
+    "PLUGIN_DIR",
+    "/var/lib/kubelet/plugins/display.liken.sh",
     "The plugin's dir: dra.sock and the checkpoint",
 )
 _cdi_dir = _path_option("--cdi-root", "CDI_ROOT", "/var/run/cdi", "Where CDI specs go")
 
 
-def _aliases(values: tuple[str, ...]) -> dict[str, str]:
-    aliases = {}
-    for value in values:
-        connector, sep, name = value.partition("=")
-        if not sep or not connector or not name:
-            raise click.BadParameter(
-                f"{value!r} is not CONNECTOR=NAME", param_hint="--output-alias"
-            )
-        aliases[connector] = name
-    return aliases
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(VERSION, prog_name="draplugin")
-@click.option("-v", "--verbose", count=True, help="Log at debug level.")
-def cli(verbose: int) -> None:
-    """Publish this node's monitors and prepare them for claiming pods."""
-    setup_logging(verbose)
+cli = binary_group("draplugin", "Publish this node's monitors and prepare them for claiming pods.")
 
 
 @cli.command("operator")
-@click.option("--node-name", envvar="NODE_NAME", required=True,
-              help="This node's name: the pool and the Displays' prefix (env NODE_NAME).")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    required=True,
+    help="This node's name: the pool and the Displays' prefix (env NODE_NAME).",
+)
 @_plugin_dir
-@_path_option("--registry-dir", "REGISTRY_DIR", "/var/lib/kubelet/plugins_registry",
-              "The kubelet's plugin registry dir")
+@_path_option(
+    "--registry-dir",
+    "REGISTRY_DIR",
+    "/var/lib/kubelet/plugins_registry",
+    "The kubelet's plugin registry dir",
+)
 @_cdi_dir
-@_path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
-              "The weston.ini to regenerate")
-@_path_option("--mode-records-dir", "MODE_RECORDS_DIR", "/etc/weston/claims",
-              "Where each claim's mode record goes")
-@_path_option("--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts",
-              "Where restart orders go")
-@_path_option("--pid-file", "WESTON_PID_FILE", "/etc/weston/weston.pid",
-              "weston's pid, as westonctl writes it")
-@_path_option("--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
-              "The compositor's socket dir on the host, which CDI specs mount")
-@_path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR", "/var/run/display.liken.sh",
-              "Where consumers' containers see that dir")
-@click.option("--socket", envvar="WESTON_SOCKET", default="wayland-0", show_default=True,
-              help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).")
+@_path_option(
+    "--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini", "The weston.ini to regenerate"
+)
+@_path_option(
+    "--mode-records-dir",
+    "MODE_RECORDS_DIR",
+    "/etc/weston/claims",
+    "Where each claim's mode record goes",
+)
+@_path_option(
+    "--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts", "Where restart orders go"
+)
+@_path_option(
+    "--pid-file",
+    "WESTON_PID_FILE",
+    "/etc/weston/weston.pid",
+    "weston's pid, as westonctl writes it",
+)
+@_path_option(
+    "--runtime-dir",
+    "WESTON_RUNTIME_DIR",
+    "/var/run/display.liken.sh",
+    "The compositor's socket dir on the host, which CDI specs mount",
+)
+@_path_option(
+    "--container-runtime-dir",
+    "CONTAINER_RUNTIME_DIR",
+    "/var/run/display.liken.sh",
+    "Where consumers' containers see that dir",
+)
+@click.option(
+    "--socket",
+    envvar="WESTON_SOCKET",
+    default="wayland-0",
+    show_default=True,
+    help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).",
+)
 @_path_option("--sysfs-root", "SYSFS_ROOT", "/sys", "Where sysfs is mounted")
 @_path_option("--dev-root", "DEV_ROOT", "/dev", "Where the card nodes appear")
-@click.option("--output-alias", multiple=True, metavar="CONNECTOR=NAME",
-              help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).")
-@click.option("--shell", envvar="WESTON_SHELL", default="layout.so", show_default=True,
-              help="weston's shell, as declare writes it (env WESTON_SHELL).")
-@click.option("--restart-timeout", envvar="RESTART_TIMEOUT", default=10.0, show_default=True,
-              type=click.FloatRange(min=0.1),
-              help="Seconds for a restarted compositor to answer (env RESTART_TIMEOUT).")
-@click.option("--api-server", envvar="KUBE_API_SERVER",
-              help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.")
-@click.option("--kubeconfig", envvar="KUBECONFIG", type=click.Path(path_type=Path),
-              help="A kubeconfig file (env KUBECONFIG).")
-@click.option("--fault-point", envvar="DRAPLUGIN_FAULT_POINT", hidden=True,
-              help="Tests only: SIGKILL this process when it reaches this step.")
+@click.option(
+    "--output-alias",
+    multiple=True,
+    metavar="CONNECTOR=NAME",
+    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
+)
+@click.option(
+    "--shell",
+    envvar="WESTON_SHELL",
+    default="layout.so",
+    show_default=True,
+    help="weston's shell, as declare writes it (env WESTON_SHELL).",
+)
+@click.option(
+    "--restart-timeout",
+    envvar="RESTART_TIMEOUT",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds for a restarted compositor to answer (env RESTART_TIMEOUT).",
+)
+@click.option(
+    "--api-server",
+    envvar="KUBE_API_SERVER",
+    help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(path_type=Path),
+    help="A kubeconfig file (env KUBECONFIG).",
+)
+@click.option(
+    "--fault-point",
+    envvar="DRAPLUGIN_FAULT_POINT",
+    hidden=True,
+    help="Tests only: SIGKILL this process when it reaches this step.",
+)
 def operator(**options: Any) -> None:
     """Serve the kubelet: registration and the DRA service, until SIGTERM (the main mode)."""
     from draplugin.checkpoint import CheckpointError
@@ -98,8 +139,9 @@ def operator(**options: Any) -> None:
 
     fault = options["fault_point"]
     if fault is not None and fault not in FAULT_POINTS:
-        raise click.BadParameter(f"{fault!r} is not one of {', '.join(FAULT_POINTS)}",
-                                 param_hint="--fault-point")
+        raise click.BadParameter(
+            f"{fault!r} is not one of {', '.join(FAULT_POINTS)}", param_hint="--fault-point"
+        )
     from draplugin.kube import LightkubeKube
     from draplugin.service import PluginServer
     from draplugin.settings import KubeAccess, Settings
@@ -120,7 +162,7 @@ def operator(**options: Any) -> None:
         socket_name=options["socket"],
         sysfs_root=options["sysfs_root"],
         dev_root=options["dev_root"],
-        aliases=_aliases(options["output_alias"]),
+        aliases=output_aliases(options["output_alias"]),
         restart_timeout_s=options["restart_timeout"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
         shell=options["shell"],

@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 
+import click
+
 from libdisplay import __version__
 
 VERSION = __version__
@@ -29,3 +31,30 @@ def setup_logging(verbosity: int = 0, *, stream: object = None) -> None:
         stream=stream or sys.stderr,  # type: ignore[arg-type]
         force=True,
     )
+
+
+def binary_group(name: str, help_text: str) -> click.Group:
+    """A binary's top-level command: `--version`, `-v`, and logging set up for every command."""
+
+    @click.group(
+        name=name, help=help_text, context_settings={"help_option_names": ["-h", "--help"]}
+    )
+    @click.version_option(VERSION, prog_name=name)
+    @click.option("-v", "--verbose", count=True, help="Log at debug level.")
+    def group(verbose: int) -> None:
+        setup_logging(verbose)
+
+    return group
+
+
+def output_aliases(values: tuple[str, ...]) -> dict[str, str]:
+    """`--output-alias CONNECTOR=NAME` values as a dict (simulated nodes name x11 outputs X1..)."""
+    aliases = {}
+    for value in values:
+        connector, sep, name = value.partition("=")
+        if not sep or not connector or not name:
+            raise click.BadParameter(
+                f"{value!r} is not CONNECTOR=NAME", param_hint="--output-alias"
+            )
+        aliases[connector] = name
+    return aliases

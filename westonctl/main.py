@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from libdisplay.cli import VERSION, setup_logging
+from libdisplay.cli import binary_group
 
 _DEFAULT_RUNTIME_DIR = "/var/run/display.liken.sh"
 _DEFAULT_SOCKET = "wayland-0"
@@ -35,12 +35,7 @@ _socket_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(VERSION, prog_name="westonctl")
-@click.option("-v", "--verbose", count=True, help="Log at debug level.")
-def cli(verbose: int) -> None:
-    """Supervise the Weston compositor and diagnose its socket."""
-    setup_logging(verbose)
+cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose its socket.")
 
 
 @cli.command()
