@@ -1,10 +1,21 @@
-"""capture: the capture container. Serves stills and clips of every screen over HTTPS."""
+"""capture: the capture container. Serves stills and clips of every screen over HTTPS.
+
+`capture capture` is the container's main mode (settings from the environment, see
+`capture/settings.py`). `outputs` and `shoot` are read-only diagnosis commands that talk to the
+layout module's capture socket directly, with no server, TLS or apiserver in the way.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import click
 
 from libdisplay.cli import VERSION, setup_logging
+
+_DEFAULT_SOCKET = "/etc/weston/capture.sock"
+_DEFAULT_INI = "/etc/weston/weston.ini"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,5 +26,64 @@ def cli(verbose: int) -> None:
     setup_logging(verbose)
 
 
+@cli.command("capture")
+def capture_command() -> None:
+    """Serve HTTPS on CAPTURE_ADDR until SIGTERM."""
+    import asyncio
+
+    from capture.server import serve_forever
+    from capture.settings import SettingsError, from_env
+
+    try:
+        settings = from_env()
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from exc
+    asyncio.run(serve_forever(settings))
+
+
+@cli.command("outputs")
+@click.option("--weston-ini", type=click.Path(path_type=Path), default=_DEFAULT_INI,
+              show_default=True, help="weston.ini whose [output] sections name the outputs.")
+def outputs_command(weston_ini: Path) -> None:
+    """List the outputs weston.ini names, one a line."""
+    from libdisplay.weston import WestonIni, WestonIniError
+
+    try:
+        ini = WestonIni.parse(weston_ini.read_text())
+    except (OSError, WestonIniError) as exc:
+        raise click.ClickException(f"cannot read {weston_ini}: {exc}") from exc
+    for output in ini.outputs:
+        click.echo(output.name)
+
+
+@cli.command("shoot")
+@click.argument("output")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path),
+              default=_DEFAULT_SOCKET, show_default=True, help="The layout capture socket.")
+def shoot_command(output: str, file: Path, socket_path: Path) -> None:
+    """Write one PNG of OUTPUT to FILE, straight from the capture socket."""
+    import asyncio
+
+    from capture import encode
+    from capture.png import encode_png
+    from libdisplay import fsutil
+    from libdisplay.layout import LayoutCapture, LayoutError
+
+    try:
+        with LayoutCapture(socket_path) as capture:
+            frame = capture.frame(output)
+        if encode.is_large(frame.header):
+            png = asyncio.run(encode.still_png(frame.header, frame.pixels))
+        else:
+            png = encode_png(frame.header, frame.pixels)
+    except (LayoutError, encode.EncodeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    fsutil.atomic_write(file, png)
+    header = frame.header
+    click.echo(f"{file}: {header.width}x{header.height} {header.pixel_format}", err=True)
+
+
 if __name__ == "__main__":
     cli(prog_name="capture")
+    sys.exit(0)

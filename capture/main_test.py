@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from capture.main import cli
@@ -26,3 +28,26 @@ def test_importing_the_command_loads_no_server_stack() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == ""
+
+
+def test_outputs_lists_the_ini_outputs(tmp_path: Path) -> None:
+    ini = tmp_path / "weston.ini"
+    ini.write_text("[core]\nshell=layout.so\n\n[output]\nname=HDMI-A-1\nmode=preferred\n\n"
+                   "[output]\nname=DP-1\nmode=1920x1080\n")
+    result = CliRunner().invoke(cli, ["outputs", "--weston-ini", str(ini)], prog_name="capture")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["HDMI-A-1", "DP-1"]
+
+
+def test_outputs_names_an_unreadable_ini(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.ini"
+    result = CliRunner().invoke(cli, ["outputs", "--weston-ini", str(missing)])
+    assert result.exit_code == 1
+    assert f"cannot read {missing}" in result.output
+
+
+def test_capture_without_node_name_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    result = CliRunner().invoke(cli, ["capture"])
+    assert result.exit_code == 2
+    assert "NODE_NAME" in result.output

@@ -1,0 +1,144 @@
+"""Reviews: bearer parsing, the answers' mapping to 401/403/503, caching, and the real HTTP calls
+against the fake apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from capture import auth
+from capture.auth import (
+    ForbiddenError,
+    HttpReviews,
+    Reviewer,
+    ReviewUnavailableError,
+    UnauthenticatedError,
+    User,
+)
+from fakekube.server import FakeKube
+
+DISPLAY = "node-a.card0-hdmi-a-1"
+
+
+class CountingReviews:
+    """A ReviewApi that answers from two dicts and counts the calls."""
+
+    def __init__(self, users: dict[str, dict[str, Any]], allowed: set[str]) -> None:
+        self.users = users
+        self.allowed = allowed
+        self.calls = 0
+
+    async def token_review(self, token: str) -> Mapping[str, Any]:
+        self.calls += 1
+        user = self.users.get(token)
+        return {"authenticated": True, "user": user} if user else {"error": "bad token"}
+
+    async def access_review(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.calls += 1
+        return {"allowed": spec["user"] in self.allowed}
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [(None, "no Authorization"), ("", "no Authorization"), ("Basic abc", "Bearer"),
+     ("Bearer ", "Bearer"), ("Bearer", "Bearer")],
+    ids=["missing", "empty", "basic", "empty-token", "no-token"],
+)
+def test_bearer_token_refuses(header: str | None, error: str) -> None:
+    with pytest.raises(UnauthenticatedError, match=error):
+        auth.bearer_token(header)
+
+
+def test_bearer_token_reads_the_token() -> None:
+    assert auth.bearer_token("bearer abc.def") == "abc.def"
+
+
+def test_access_spec_names_the_display_capture_subresource() -> None:
+    user = User("alice", uid="u1", groups=("g",), extra=(("scopes", ("a",)),))
+    assert auth.access_spec(user, DISPLAY) == {
+        "user": "alice", "uid": "u1", "groups": ["g"], "extra": {"scopes": ["a"]},
+        "resourceAttributes": {"group": "display.liken.sh", "resource": "displays",
+                               "subresource": "capture", "verb": "get", "name": DISPLAY},
+    }
+
+
+def test_answers_are_cached_until_the_ttl() -> None:
+    now = [0.0]
+    api = CountingReviews({"t": {"username": "alice"}}, {"alice"})
+    reviewer = Reviewer(api, ttl_s=10.0, clock=lambda: now[0])
+
+    async def twice() -> None:
+        for _ in range(2):
+            user = await reviewer.authenticate("t")
+            await reviewer.authorize(user, DISPLAY)
+
+    asyncio.run(twice())
+    assert api.calls == 2
+    now[0] = 11.0
+    asyncio.run(twice())
+    assert api.calls == 4
+
+
+def test_denials_raise_and_are_cached_too() -> None:
+    api = CountingReviews({"t": {"username": "bob"}}, set())
+    reviewer = Reviewer(api, ttl_s=10.0)
+
+    async def attempt() -> None:
+        with pytest.raises(UnauthenticatedError, match="bad token"):
+            await reviewer.authenticate("other")
+        with pytest.raises(ForbiddenError, match="bob may not get displays/capture of"):
+            await reviewer.authorize(await reviewer.authenticate("t"), DISPLAY)
+
+    asyncio.run(attempt())
+    asyncio.run(attempt())
+    assert api.calls == 3
+
+
+def test_http_reviews_against_the_fake_apiserver() -> None:
+    with FakeKube() as fake:
+        fake.policy.add_token("tok", "alice", groups=("viewers",))
+        fake.policy.allow("get", "displays", group="viewers", api_group="display.liken.sh",
+                          subresource="capture", name=DISPLAY)
+
+        async def scenario() -> None:
+            reviews = HttpReviews(fake.url)
+            try:
+                reviewer = Reviewer(reviews, ttl_s=1.0)
+                user = await reviewer.authenticate("tok")
+                assert user == User("alice", groups=("viewers",))
+                await reviewer.authorize(user, DISPLAY)
+                with pytest.raises(ForbiddenError):
+                    await reviewer.authorize(user, "node-a.card0-dp-1")
+                with pytest.raises(UnauthenticatedError):
+                    await reviewer.authenticate("nope")
+            finally:
+                await reviews.close()
+
+        asyncio.run(scenario())
+
+
+def test_http_reviews_unreachable_is_unavailable() -> None:
+    async def scenario() -> None:
+        reviews = HttpReviews("http://127.0.0.1:9")
+        try:
+            with pytest.raises(ReviewUnavailableError, match="apiserver unreachable"):
+                await reviews.token_review("tok")
+        finally:
+            await reviews.close()
+
+    asyncio.run(scenario())
+
+
+def test_in_cluster_without_a_service_host_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    async def scenario() -> None:
+        HttpReviews(None)
+
+    with pytest.raises(ReviewUnavailableError, match="KUBERNETES_SERVICE_HOST"):
+        asyncio.run(scenario())

@@ -1,0 +1,107 @@
+"""The capture server's settings, read once from the environment and checked.
+
+`CAPTURE_ADDR` (`:9201`) is where HTTPS listens. The frames come from the layout module's
+capture socket beside weston.ini (`/etc/weston`), whose `[output]` sections name the outputs
+this node has. Each output belongs to a Display `<NODE_NAME>.<device>`: the device is the DRA
+device name of connector `<CAPTURE_CARD>-<output>` (`card0-hdmi-a-1`) unless
+`CAPTURE_DEVICES` maps it (`X1=card0-hdmi-a-1,X2=card0-dp-1`, for a simulated node whose
+outputs are x11 windows). `CAPTURE_KUBE_URL` points the reviews at a plain-HTTP apiserver
+(the simulated node's fake); unset, the in-cluster configuration is used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+DEFAULT_ADDR: Final = ":9201"
+DEFAULT_WESTON_INI: Final = Path("/etc/weston/weston.ini")
+DEFAULT_TLS_DIR: Final = Path("/var/run/display-capture-tls")
+# ultrafast x264 peaks at 129 MiB (1080p) and 160 MiB (4K scaled to 1080p), weston.md §6; two
+# of them beside this server (~60 MiB) and two frames in flight stay inside the 384Mi limit.
+DEFAULT_MAX_ENCODES: Final = 2
+DEFAULT_CLIP_S: Final = 3.0
+MAX_CLIP_S: Final = 30.0
+MIN_CLIP_S: Final = 0.5
+
+
+class SettingsError(ValueError):
+    """An environment variable that cannot be used; the message names it and its value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str
+    port: int
+    weston_ini: Path
+    capture_socket: Path
+    tls_dir: Path
+    node_name: str
+    card: str = "card0"
+    devices: Mapping[str, str] = field(default_factory=dict)
+    kube_url: str | None = None
+    render_node: Path | None = None
+    max_encodes: int = DEFAULT_MAX_ENCODES
+    clip_default_s: float = DEFAULT_CLIP_S
+    clip_max_s: float = MAX_CLIP_S
+    clip_fps: int = 30
+    # A fragmented MP4 of ultrafast x264 at 1080p runs ~1-4 MiB/s; past this the encode is killed.
+    clip_max_bytes: int = 256 * 1024 * 1024
+    tls_poll_s: float = 2.0
+    auth_cache_s: float = 10.0
+
+
+def parse_addr(text: str) -> tuple[str, int]:
+    """`:9201` or `127.0.0.1:9201` -> (host, port); an empty host listens on every address."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdecimal() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"CAPTURE_ADDR must be [HOST]:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_devices(text: str) -> dict[str, str]:
+    """`X1=card0-hdmi-a-1,X2=card0-dp-1` -> {output: device}."""
+    devices: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        output, sep, device = item.partition("=")
+        if not sep or not output or not device:
+            raise SettingsError(f"CAPTURE_DEVICES entries must be OUTPUT=DEVICE, got {item!r}")
+        devices[output] = device
+    return devices
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    if text is None:
+        return default
+    if not text.isdecimal() or int(text) < 1:
+        raise SettingsError(f"{name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    host, port = parse_addr(env.get("CAPTURE_ADDR", DEFAULT_ADDR))
+    node_name = env.get("NODE_NAME", "")
+    if not node_name:
+        raise SettingsError("NODE_NAME must name this node (the Displays are <node>.<device>)")
+    weston_ini = Path(env.get("CAPTURE_WESTON_INI", os.fspath(DEFAULT_WESTON_INI)))
+    render = env.get("CAPTURE_RENDER_NODE")
+    return Settings(
+        host=host,
+        port=port,
+        weston_ini=weston_ini,
+        capture_socket=Path(
+            env.get("CAPTURE_SOCKET", os.fspath(weston_ini.parent / "capture.sock"))
+        ),
+        tls_dir=Path(env.get("CAPTURE_TLS_DIR", os.fspath(DEFAULT_TLS_DIR))),
+        node_name=node_name,
+        card=env.get("CAPTURE_CARD", "card0"),
+        devices=parse_devices(env.get("CAPTURE_DEVICES", "")),
+        kube_url=env.get("CAPTURE_KUBE_URL") or None,
+        render_node=Path(render) if render else None,
+        max_encodes=_positive_int(env, "CAPTURE_MAX_ENCODES", DEFAULT_MAX_ENCODES),
+    )

@@ -1,0 +1,48 @@
+"""Settings from the environment: defaults, and a clear error naming each bad variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capture import settings
+from capture.settings import SettingsError
+
+
+def test_defaults_match_the_pod() -> None:
+    got = settings.from_env({"NODE_NAME": "kiosk-3"})
+    assert (got.host, got.port) == ("0.0.0.0", 9201)
+    assert got.capture_socket == Path("/etc/weston/capture.sock")
+    assert got.tls_dir == Path("/var/run/display-capture-tls")
+    assert got.kube_url is None and got.render_node is None
+    assert got.max_encodes == 2
+
+
+def test_everything_can_be_set() -> None:
+    got = settings.from_env({
+        "NODE_NAME": "n", "CAPTURE_ADDR": "127.0.0.1:0", "CAPTURE_WESTON_INI": "/w/weston.ini",
+        "CAPTURE_DEVICES": "X1=card0-hdmi-a-1, X2=card0-dp-1", "CAPTURE_MAX_ENCODES": "3",
+        "CAPTURE_KUBE_URL": "http://127.0.0.1:1", "CAPTURE_RENDER_NODE": "/dev/dri/renderD129",
+    })
+    assert (got.host, got.port) == ("127.0.0.1", 0)
+    assert got.capture_socket == Path("/w/capture.sock")
+    assert got.devices == {"X1": "card0-hdmi-a-1", "X2": "card0-dp-1"}
+    assert got.max_encodes == 3
+    assert got.render_node == Path("/dev/dri/renderD129")
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({}, "NODE_NAME"),
+        ({"NODE_NAME": "n", "CAPTURE_ADDR": "9201"}, "CAPTURE_ADDR"),
+        ({"NODE_NAME": "n", "CAPTURE_ADDR": ":99999"}, "CAPTURE_ADDR"),
+        ({"NODE_NAME": "n", "CAPTURE_DEVICES": "X1"}, "CAPTURE_DEVICES"),
+        ({"NODE_NAME": "n", "CAPTURE_MAX_ENCODES": "0"}, "CAPTURE_MAX_ENCODES"),
+    ],
+    ids=["no-node", "no-colon", "port-range", "device-without-equals", "zero-encodes"],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(SettingsError, match=names):
+        settings.from_env(env)

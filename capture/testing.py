@@ -1,0 +1,234 @@
+"""Real pieces for the capture tests and bench: weston with the layout module, the server as a
+subprocess, and an HTTPS client that pins (or ignores) the server's certificate.
+
+The server runs as `python -m capture.main capture` with its settings in the environment and
+`CAPTURE_ADDR=127.0.0.1:0`; it is ready when its log says where it listens. It is stopped and
+reaped by pid whatever happens (tests/support/processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import re
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support import weston as weston_support
+from tests.support.processes import Process, running
+
+REPO = Path(__file__).resolve().parent.parent
+LAYOUT_BUILD = REPO / "westonctl" / "layout" / "build.sh"
+READY_TIMEOUT_S = 60.0
+HTTP_TIMEOUT_S = 60.0
+_LISTENING_RE = re.compile(rb"listening on https://([0-9.]+):(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Compositor:
+    """weston with the layout module; its weston.ini names the outputs."""
+
+    weston: weston_support.Weston
+    sockets: Path
+
+    @property
+    def control(self) -> Path:
+        return self.sockets / "control.sock"
+
+    @property
+    def capture(self) -> Path:
+        return self.sockets / "capture.sock"
+
+    @property
+    def ini(self) -> Path:
+        return self.weston.runtime_dir / "weston.ini"
+
+
+def build_layout(out_dir: Path) -> Path:
+    out = out_dir / "layout.so"
+    subprocess.run(["sh", os.fspath(LAYOUT_BUILD), os.fspath(out)], check=True, timeout=180)
+    return out
+
+
+@contextlib.contextmanager
+def compositor(layout_so: Path, sizes: Sequence[tuple[int, int]]) -> Iterator[Compositor]:
+    """weston's x11 backend on Xvfb with outputs X1..Xn of these sizes, pixman-rendered."""
+    with tempfile.TemporaryDirectory(prefix="cap-") as tmp:
+        sockets = Path(tmp)
+        ini = (
+            f"\n[layout]\ncontrol-socket={sockets / 'control.sock'}\n"
+            f"capture-socket={sockets / 'capture.sock'}\n"
+        )
+        with weston_support.x11(sizes, config=ini, args=[f"--shell={layout_so}"]) as weston:
+            yield Compositor(weston=weston, sockets=sockets)
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    process: Process
+    port: int
+    tls_dir: Path
+
+    def connection(self, *, ca: Path | None = None) -> http.client.HTTPSConnection:
+        """A connection that pins `ca`, or that accepts any certificate (like the kubelet)."""
+        if ca is None:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context = ssl.create_default_context(cafile=os.fspath(ca))
+        return http.client.HTTPSConnection(
+            "127.0.0.1", self.port, context=context, timeout=HTTP_TIMEOUT_S
+        )
+
+    def get(
+        self, path: str, *, token: str | None = None, ca: Path | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        connection = self.connection(ca=ca)
+        try:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+
+def _listening_port(log_path: Path) -> int | None:
+    try:
+        match = _LISTENING_RE.search(log_path.read_bytes())
+    except FileNotFoundError:
+        return None
+    return int(match.group(2)) if match else None
+
+
+@contextlib.contextmanager
+def server(
+    comp: Compositor,
+    *,
+    kube_url: str,
+    node: str = "node-a",
+    devices: str = "",
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Server]:
+    """The capture server against this compositor and apiserver, TLS dir empty at start."""
+    with tempfile.TemporaryDirectory(prefix="capture-srv-") as tmp:
+        tls_dir = Path(tmp) / "tls"
+        tls_dir.mkdir()
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "PYTHONPATH": os.fspath(REPO),
+            "NODE_NAME": node,
+            "CAPTURE_ADDR": "127.0.0.1:0",
+            "CAPTURE_WESTON_INI": os.fspath(comp.ini),
+            "CAPTURE_SOCKET": os.fspath(comp.capture),
+            "CAPTURE_TLS_DIR": os.fspath(tls_dir),
+            "CAPTURE_DEVICES": devices,
+            "CAPTURE_KUBE_URL": kube_url,
+            # No /dev/dri here: ffmpeg's VA-API device creation fails, as on a node whose
+            # driver cannot encode.
+            "CAPTURE_RENDER_NODE": "/dev/dri/renderD128",
+            **(extra_env or {}),
+        }
+        log_path = Path(tmp) / "capture.log"
+        with running(
+            [sys.executable, "-m", "capture.main", "capture"],
+            log_path=log_path,
+            env=env,
+            cwd=REPO,
+            ready=lambda _p: _listening_port(log_path) is not None,
+            ready_timeout=READY_TIMEOUT_S,
+            what="the capture server logs where it listens",
+        ) as process:
+            port = _listening_port(log_path)
+            assert port is not None
+            yield Server(process=process, port=port, tls_dir=tls_dir)
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdecimal():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: the ppid follows the last ')'.
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of `pid` and all its descendants now, in MiB (what a cgroup limit sees,
+    less page cache and shared pages counted once per process)."""
+    children = _children()
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        total += _rss_kib(current)
+        todo.extend(children.get(current, ()))
+    return total / 1024
+
+
+def png_rgb(data: bytes, x: int, y: int) -> tuple[tuple[int, int], tuple[int, int, int]]:
+    """(size, colour at (x, y)) of an 8-bit RGB or RGBA PNG, in the standard library."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour_type = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour_type in (2, 6), (depth, colour_type)
+    bpp = 3 if colour_type == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    for row in range(y + 1):
+        line = raw[row * (stride + 1) : (row + 1) * (stride + 1)]
+        prev = _unfilter(line[0], bytearray(line[1:]), prev, bpp)
+    red, green, blue = prev[x * bpp : x * bpp + 3]
+    return (width, height), (red, green, blue)
+
+
+def _unfilter(kind: int, line: bytearray, prev: bytearray, bpp: int) -> bytearray:
+    for i in range(len(line)):
+        left = line[i - bpp] if i >= bpp else 0
+        up = prev[i]
+        up_left = prev[i - bpp] if i >= bpp else 0
+        if kind == 1:
+            line[i] = (line[i] + left) & 0xFF
+        elif kind == 2:
+            line[i] = (line[i] + up) & 0xFF
+        elif kind == 3:
+            line[i] = (line[i] + (left + up) // 2) & 0xFF
+        elif kind == 4:
+            p = left + up - up_left
+            pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
+            pred = left if pa <= pb and pa <= pc else up if pb <= pc else up_left
+            line[i] = (line[i] + pred) & 0xFF
+    return line
