@@ -127,6 +127,21 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     help="A kubeconfig file (env KUBECONFIG).",
 )
 @click.option(
+    "--metrics-addr",
+    envvar="METRICS_ADDR",
+    default=":9200",
+    show_default=True,
+    help="Where Prometheus metrics are served (env METRICS_ADDR).",
+)
+@click.option(
+    "--publish/--no-publish",
+    envvar="PUBLISH",
+    default=True,
+    show_default=True,
+    help="Run the node publisher (slice, Displays, hotplug, watchdog, DDC/CI, metrics); "
+    "--no-publish serves the kubelet alone, for tests of the plugin.",
+)
+@click.option(
     "--fault-point",
     envvar="DRAPLUGIN_FAULT_POINT",
     hidden=True,
@@ -168,13 +183,24 @@ def operator(**options: Any) -> None:
         shell=options["shell"],
         fault_point=fault,
     )
-    driver = Driver(settings, LightkubeKube(settings.kube))
+    node = (
+        _start_publisher(settings, metrics_addr=options["metrics_addr"])
+        if options["publish"]
+        else None
+    )
+    driver = Driver(
+        settings,
+        LightkubeKube(settings.kube),
+        ddc=node.runtime.ddc_hook() if node else None,
+        refuse=node.refusal if node else None,
+        on_change=node.claims_changed if node else None,
+    )
     try:
         driver.recover()
     except CheckpointError as err:
         # Never reset it: prepared claims of running pods are only in there.
         raise click.ClickException(f"{err}; fix or move it by hand") from err
-    server = PluginServer(settings, driver)
+    server = PluginServer(settings, driver, health=node.health if node else None)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("got %s: stopping", signal.Signals(signum).name)
@@ -184,7 +210,18 @@ def operator(**options: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     server.start()
     log.info("operator ready on node %s", settings.node_name)
-    server.wait()
+    try:
+        server.wait()
+    finally:
+        if node is not None:
+            node.stop()
+
+
+def _start_publisher(settings: Any, *, metrics_addr: str) -> Any:
+    """The node publisher on its own thread (it is asyncio; the kubelet side is sync gRPC)."""
+    from draplugin.publisher import start_publisher
+
+    return start_publisher(settings, metrics_addr=metrics_addr)
 
 
 @cli.command("checkpoint")

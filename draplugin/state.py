@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Final, Literal, Protocol, get_args
@@ -111,10 +111,22 @@ class _Plan:
 class Driver:
     """The claims of this node. One prepare or unprepare batch runs at a time."""
 
-    def __init__(self, settings: Settings, kube: Kube, *, ddc: DdcHook | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        *,
+        ddc: DdcHook | None = None,
+        refuse: Callable[[], str | None] | None = None,
+        on_change: Callable[[checkpoint.Checkpoint], None] | None = None,
+    ) -> None:
         self._settings = settings
         self._kube = kube
         self._ddc = ddc or NoDdc()
+        # Why new prepares must fail now (the compositor does not answer), or None.
+        self._refuse = refuse or (lambda: None)
+        # Told the checkpoint after every batch: the publisher shows which claim holds what.
+        self._on_change = on_change
         self._lock = threading.Lock()
         self._checkpoint_path = checkpoint.path_in(settings.plugin_dir)
         self._delivery = SocketDelivery(
@@ -127,11 +139,27 @@ class Driver:
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Prepared]:
         with self._lock:
-            return {c.uid: self._prepare_one(c) for c in claims}
+            reason = self._refuse()
+            if reason is not None:
+                log.warning("refusing to prepare %d claim(s): %s", len(claims), reason)
+                return {c.uid: Prepared(error=reason) for c in claims}
+            answers = {c.uid: self._prepare_one(c) for c in claims}
+            self._changed()
+            return answers
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         with self._lock:
-            return {c.uid: self._unprepare_one(c) for c in claims}
+            answers = {c.uid: self._unprepare_one(c) for c in claims}
+            self._changed()
+            return answers
+
+    def _changed(self) -> None:
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(checkpoint.load(self._checkpoint_path))
+        except Exception:  # the kubelet's answer must not depend on the publisher
+            log.exception("could not tell the publisher about the prepared claims")
 
     def _prepare_one(self, ref: ClaimRef) -> Prepared:
         try:

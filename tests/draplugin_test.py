@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket as socket_module
 import sys
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +180,12 @@ def make_claim(
 
 @contextlib.contextmanager
 def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = None,
-           restart_timeout: float = 30.0, alias: str | None = None) -> Iterator[Process]:
+           restart_timeout: float = 30.0, alias: str | None = None,
+           metrics_port: int | None = None) -> Iterator[Process]:
+    """The operator; with `metrics_port` the node publisher runs too, else the kubelet side only."""
+    publisher = (
+        [f"--metrics-addr=127.0.0.1:{metrics_port}"] if metrics_port else ["--no-publish"]
+    )
     argv = [
         *_command("draplugin"),
         "operator",
@@ -198,6 +206,7 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
         # A stock shell: these tests are about modes, not the layout module.
         f"--shell={SHELL}",
         *([f"--output-alias={alias}"] if alias else []),
+        *publisher,
     ]
     extra = {"DRAPLUGIN_FAULT_POINT": fault} if fault else {}
     with running(
@@ -493,6 +502,78 @@ def test_mode_change_restarts_the_compositor(node: Node, fake: FakeKube, pex_roo
         assert k.unprepare([claim]) == {claim.uid: ""}
         assert _headless_size(socket)[:2] == (1920, 1080)
         assert display_spec(fake, HDMI) == {}
+
+
+def _free_port() -> int:
+    with socket_module.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _slice_devices(fake: FakeKube) -> dict[str, list[Any]]:
+    """Device name -> its taints, from this node's ResourceSlices."""
+    devices: dict[str, list[Any]] = {}
+    for obj in fake.objects("resource.k8s.io/v1", "ResourceSlice"):
+        if obj["spec"].get("nodeName") == NODE:
+            for device in obj["spec"].get("devices", []):
+                devices[device["name"]] = device.get("taints", [])
+    return devices
+
+
+def test_operator_with_publisher_refuses_prepares_while_the_compositor_hangs(
+    node: Node, fake: FakeKube, pex_root: Path
+) -> None:
+    """The whole operator: slice published, metrics served, a hang taints and refuses, recovery."""
+    node.etc.mkdir(parents=True)
+    (node.etc / "weston.ini").write_text(INITIAL_INI)
+    claim = make_claim(fake, "kiosk")
+    # The slice is owned by the Node object, as in a cluster.
+    fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    port = _free_port()
+    with (
+        weston(node, pex_root),
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port) as operator,
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        operator.wait_until(
+            lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
+        )
+        # The watchdog has to see the compositor answer once before prepares are accepted.
+        operator.wait_until(
+            lambda: k.prepare([claim])[claim.uid].error == "", timeout=30.0, what="prepare ok"
+        )
+        assert k.unprepare([claim]) == {claim.uid: ""}
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert b"display_slice_publishes_total" in metrics
+
+        pid = int((node.etc / "weston.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            operator.wait_until(
+                lambda: bool(_slice_devices(fake).get(HDMI)),
+                timeout=30.0,
+                what="devices tainted",
+            )
+            refused = k.prepare([claim])[claim.uid].error
+            assert "compositor does not answer" in refused
+            # A hang is a crash: the watchdog SIGKILLs weston (no restart order).
+            operator.wait_until(
+                lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid),
+                timeout=30.0,
+                what="watchdog killed the hung compositor",
+            )
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        assert operator.log_contains("SIGKILL") or operator.log_contains("killed")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 # --- no growth over many cycles -------------------------------------------------------------

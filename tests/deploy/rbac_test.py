@@ -16,15 +16,14 @@ from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, rende
 EXPECTED: dict[tuple[str, str, str, str], str] = {
     **{
         ("resource.k8s.io", "resourceslices", verb, "cluster"): "operator"
-        for verb in ("create", "get", "list", "watch", "update", "patch", "delete")
+        for verb in ("create", "get", "watch", "update")
     },
     ("resource.k8s.io", "resourceclaims", "get", "cluster"): "operator",
     **{
         ("display.liken.sh", "displays", verb, "cluster"): "declare, operator"
-        for verb in ("get", "list", "watch", "create", "patch", "update")
+        for verb in ("get", "create", "patch")
     },
     ("display.liken.sh", "displays/status", "patch", "cluster"): "operator",
-    ("display.liken.sh", "displays/status", "update", "cluster"): "operator",
     ("", "nodes", "get", "cluster"): "operator",
     ("", "pods", "get", "namespace"): "operator",
     ("authentication.k8s.io", "tokenreviews", "create", "cluster"): "capture",

@@ -1,0 +1,1 @@
+"""The node publisher: ResourceSlice, Display objects, compositor watchdog."""

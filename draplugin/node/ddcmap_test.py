@@ -1,0 +1,143 @@
+"""ddcmap: bus mapping, capability probes and claim settings on libdisplay's simulated monitor."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from draplugin.claimconfig import ClaimConfigError, DisplayConfig
+from draplugin.node import ddcmap
+from libdisplay import drm, mccs, sysfs_tree
+from libdisplay.ddc import DdcClient, Transport
+from libdisplay.ddc_sim import FakeClock, Feature, SimulatedMonitor
+from libdisplay.edid_build import EdidParams, build_edid
+
+CAPS = (
+    "(prot(monitor)type(lcd)model(SIM)cmds(01 02 03 0C F3)"
+    "vcp(10 12 60(0F 11 12) D6(01 04))mccs_ver(2.2))"
+)
+A = build_edid(EdidParams(serial_number=1, name="A"))
+B = build_edid(EdidParams(serial_number=2, name="B"))
+
+
+def _access(monitors: dict[int, SimulatedMonitor], clock: FakeClock) -> ddcmap.Buses:
+    def open_bus(bus: int) -> Transport:
+        if bus not in monitors:
+            raise FileNotFoundError(f"/dev/i2c-{bus}")
+        return monitors[bus]
+
+    return ddcmap.Buses(open_bus=open_bus,
+                        client=lambda t: DdcClient(t, sleep=clock.sleep, clock=clock))
+
+
+def _client(monitor: SimulatedMonitor, clock: FakeClock) -> DdcClient:
+    return DdcClient(monitor, sleep=clock.sleep, clock=clock)
+
+
+def test_buses_map_by_sysfs_link_then_by_edid(tmp_path: Path) -> None:
+    sysfs_tree.write_tree(tmp_path, sysfs_tree.SimCard(connectors=(
+        sysfs_tree.SimConnector(type="HDMI-A", edid=A, i2c_bus=3),
+        sysfs_tree.SimConnector(type="DP", edid=B),
+    )))
+    cards = drm.enumerate_cards(sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+                                dev_root=sysfs_tree.dev_root(tmp_path))
+    clock = FakeClock()
+    monitors = {3: SimulatedMonitor(edid=A, clock=clock), 7: SimulatedMonitor(edid=B, clock=clock),
+                8: SimulatedMonitor(edid=build_edid(EdidParams(serial_number=9)), clock=clock)}
+    found = ddcmap.map_buses(cards, [3, 7, 8, 9], access=_access(monitors, clock))
+    assert found == {"card0-hdmi-a-1": 3, "card0-dp-1": 7}
+    assert ddcmap.delivered_buses(sysfs_tree.dev_root(tmp_path)) == (3,)
+
+
+def test_probe_reads_capabilities_and_current_values() -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(capabilities=CAPS, clock=clock, values={
+        mccs.BRIGHTNESS: Feature(40, 100), mccs.CONTRAST: Feature(75, 100),
+        mccs.INPUT_SOURCE: Feature(0x11, 0x12, allowed=(0x0F, 0x11, 0x12)),
+        mccs.POWER_MODE: Feature(0x01, 0x05, allowed=(0x01, 0x04))})
+    state = ddcmap.probe(_client(monitor, clock))
+    assert state.supported and state.capabilities == CAPS
+    assert state.vcp_codes == (0x10, 0x12, 0x60, 0xD6)
+    assert state.inputs == ("DisplayPort-1", "HDMI-1", "HDMI-2")
+    assert (state.brightness, state.contrast, state.input, state.power) == (40, 75, "HDMI-1", "on")
+
+
+def test_probe_of_a_silent_monitor_says_unsupported() -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(capabilities=CAPS, clock=clock)
+    monitor.faults.unsupported_reply = "null"
+    monitor.faults.null_replies = 1000
+    assert ddcmap.probe(_client(monitor, clock)).supported is False
+
+
+def test_probe_all_leaves_out_unopenable_buses() -> None:
+    clock = FakeClock()
+    access = _access({3: SimulatedMonitor(capabilities=CAPS, clock=clock)}, clock)
+    found = asyncio.run(ddcmap.probe_all({"card0-hdmi-a-1": 3, "card0-dp-1": 4}, access=access,
+                                         timeout=30))
+    assert list(found) == ["card0-hdmi-a-1"] and found["card0-hdmi-a-1"].supported
+
+
+@pytest.mark.parametrize(
+    ("settings", "values"),
+    [
+        ({"brightness": 30}, {mccs.BRIGHTNESS: 30}),
+        ({"contrast": 100, "input": "HDMI-1"}, {mccs.CONTRAST: 100, mccs.INPUT_SOURCE: 0x11}),
+        ({"power": "off"}, {mccs.POWER_MODE: 0x04}),
+    ],
+    ids=["brightness", "contrast-and-input", "power-off"],
+)
+def test_settings_are_applied_and_read_back(settings: dict[str, Any],
+                                            values: dict[int, int]) -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(clock=clock)
+    ddcmap.apply_settings(_client(monitor, clock), **settings)
+    assert {code: monitor.value(code) for code in values} == values
+
+
+def test_brightness_is_scaled_to_the_monitors_maximum() -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(clock=clock, values={mccs.BRIGHTNESS: Feature(10, 200)})
+    assert ddcmap.apply_settings(_client(monitor, clock), brightness=50) == {"brightness": 100}
+
+
+@pytest.mark.parametrize(
+    ("values", "settings", "setting", "message"),
+    [
+        ({mccs.BRIGHTNESS: 50}, {"contrast": 50}, "contrast", "does not support"),
+        ({mccs.INPUT_SOURCE: Feature(0x0F, 0x12, allowed=(0x0F,))}, {"input": "HDMI-2"},
+         "input", "reads back 15"),
+        ({mccs.INPUT_SOURCE: 0x0F}, {"input": "Nowhere"}, "input", "not an MCCS input"),
+    ],
+    ids=["unsupported-feature", "value-not-taken", "unknown-input"],
+)
+def test_failing_setting_is_named(values: dict[int, int | Feature], settings: dict[str, Any],
+                                  setting: str, message: str) -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(clock=clock, values=values)
+    with pytest.raises(ddcmap.DdcSettingError, match=message) as err:
+        ddcmap.apply_settings(_client(monitor, clock), **settings)
+    assert err.value.setting == setting
+
+
+def test_claim_hook_applies_or_fails_the_claim(tmp_path: Path) -> None:
+    sysfs_tree.write_tree(tmp_path, sysfs_tree.SimCard(connectors=(
+        sysfs_tree.SimConnector(type="HDMI-A", edid=A, i2c_bus=3),
+        sysfs_tree.SimConnector(type="DP", edid=B),
+    )))
+    (card,) = drm.enumerate_cards(sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+                                  dev_root=sysfs_tree.dev_root(tmp_path))
+    hdmi, dp = sorted(card.connectors, key=lambda c: c.type, reverse=True)
+    clock = FakeClock()
+    monitor = SimulatedMonitor(clock=clock, values={mccs.BRIGHTNESS: 50})
+    hook = ddcmap.ClaimDdc(_access({3: monitor}, clock), buses=dict)
+    hook.check(hdmi, DisplayConfig(brightness=20))
+    assert monitor.value(mccs.BRIGHTNESS) == 20
+    with pytest.raises(ClaimConfigError, match="card0-HDMI-A-1: DDC/CI power: .*not support"):
+        hook.check(hdmi, DisplayConfig(power="off"))
+    with pytest.raises(ClaimConfigError, match="no i2c bus"):
+        hook.check(dp, DisplayConfig(brightness=20))
+    hook.check(dp, DisplayConfig())  # nothing stated: nothing to do, no bus needed

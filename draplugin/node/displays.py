@@ -1,0 +1,303 @@
+"""The node's Display objects (`displays.display.liken.sh`): created when missing, status current.
+
+One Display per connector of the node's cards, named `libdisplay.display.display_name(node,
+device)` and labelled with node and device. The operator owns `status` only, written through the
+status subresource as a JSON merge patch that holds just what changed (no write when nothing
+did); it never writes `spec` (a person's, or part 1's claim mode) and never deletes a Display:
+an unplugged monitor leaves its Display with `connected: false` and no monitor fields.
+
+The status schema in deploy/base/cluster/crd-displays.yaml is the contract this module fills.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import GenericGlobalResource, create_global_resource
+from lightkube.types import PatchType
+
+from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
+from draplugin.node.slices import clean_string
+from libdisplay import display
+from libdisplay.drm import Card, Connector
+from libdisplay.outputs import read_monitor
+from libdisplay.wayland import Output
+from libdisplay.weston import TRANSFORMS
+
+log = logging.getLogger(__name__)
+
+DisplayResource = create_global_resource(
+    display.GROUP, display.VERSION, display.KIND, display.PLURAL
+)
+CONNECTED_CONDITION = "Connected"
+Power = Literal["on", "standby", "off"]
+JsonObject = dict[str, Any]
+Result = Literal["created", "updated", "unchanged"]
+
+_PNP_ID = re.compile(r"^[A-Z]{3}$")
+
+
+class DisplaysError(Exception):
+    """Base of every error this module raises."""
+
+
+class DisplayWriteError(DisplaysError):
+    """A Display could not be created or its status written; the message names the Display."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """The ResourceClaim holding a monitor."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class DdcState:
+    """What DDC/CI told about a monitor; `supported=False` alone when it does not answer."""
+
+    supported: bool
+    capabilities: str | None = None
+    vcp_codes: tuple[int, ...] = ()
+    inputs: tuple[str, ...] = ()
+    brightness: int | None = None
+    contrast: int | None = None
+    input: str | None = None
+    power: Power | None = None
+
+    def to_status(self) -> JsonObject:
+        out: JsonObject = {"supported": self.supported}
+        optional: dict[str, object] = {
+            "capabilities": self.capabilities[:8192] if self.capabilities else None,
+            "vcpCodes": sorted(set(self.vcp_codes)) or None,
+            "inputs": sorted(set(self.inputs)) or None,
+            "brightness": self.brightness,
+            "contrast": self.contrast,
+            "input": self.input,
+            "power": self.power,
+        }
+        out.update({k: v for k, v in optional.items() if v is not None})
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Everything beyond sysfs that a status reports, keyed by device name (`card0-hdmi-a-1`)."""
+
+    outputs: Mapping[str, Output] = field(default_factory=dict)
+    ddc: Mapping[str, DdcState] = field(default_factory=dict)
+    claims: Mapping[str, ClaimRef] = field(default_factory=dict)
+
+
+NOTHING_OBSERVED = Observed()
+
+
+def observed_status(
+    node: str, card: Card, connector: Connector, *, observed: Observed = NOTHING_OBSERVED
+) -> JsonObject:
+    """The status fields this connector's Display should hold now (conditions aside)."""
+    device = connector.device_name
+    status: JsonObject = {
+        "nodeName": node,
+        "card": card.name,
+        "connector": connector.output_name,
+        "connected": connector.connected,
+    }
+    if not connector.connected:
+        return status
+    monitor = read_monitor(connector)
+    if monitor.edid is not None:
+        status["edid"] = _edid_status(monitor.edid.manufacturer, monitor.edid.monitor_name,
+                                      monitor.edid.product_code, monitor.edid.serial_number,
+                                      monitor.edid.serial_string)
+    if monitor.offered:
+        status["modes"] = [str(m) for m in monitor.offered]
+    if monitor.preferred is not None:
+        status["preferredMode"] = str(monitor.preferred)
+    output = observed.outputs.get(device)
+    if output is not None:
+        status["currentMode"] = str(output.mode)
+        status["currentTransform"] = TRANSFORMS[int(output.transform)]
+        if 1 <= output.scale <= 4:
+            status["currentScale"] = output.scale
+    ddc = observed.ddc.get(device)
+    if ddc is not None:
+        status["ddc"] = ddc.to_status()
+    claim = observed.claims.get(device)
+    if claim is not None:
+        status["claim"] = {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
+    return status
+
+
+def _edid_status(manufacturer: str, model: str | None, product_code: int, serial_number: int,
+                 serial_string: str | None) -> JsonObject:
+    edid: JsonObject = {"productCode": product_code, "serialNumber": serial_number}
+    if _PNP_ID.match(manufacturer):
+        edid["manufacturer"] = manufacturer
+    for key, text in (("model", model), ("serialString", serial_string)):
+        cleaned = clean_string(text or "")
+        if cleaned:
+            edid[key] = cleaned
+    return edid
+
+
+def connected_condition(
+    connected: bool, *, previous: Iterable[Mapping[str, Any]] = (), generation: int | None = None,
+    now: datetime | None = None,
+) -> JsonObject:
+    """The `Connected` condition; keeps `lastTransitionTime` while its status stays the same."""
+    status = "True" if connected else "False"
+    old = next((c for c in previous if c.get("type") == CONNECTED_CONDITION), None)
+    if old is not None and old.get("status") == status:
+        since = str(old["lastTransitionTime"])
+    else:
+        since = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition: JsonObject = {
+        "type": CONNECTED_CONDITION,
+        "status": status,
+        "lastTransitionTime": since,
+        "reason": "MonitorConnected" if connected else "MonitorDisconnected",
+        "message": "a monitor is connected" if connected else "no monitor is connected",
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return condition
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> JsonObject:
+    """The JSON merge patch (RFC 7386) turning `old` into `new`; {} when they are equal."""
+    patch: JsonObject = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = merge_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch
+
+
+class Displays:
+    """Creates this node's missing Displays and writes their status when it changed."""
+
+    def __init__(self, client: AsyncClient, *, node: str, backoff: Backoff = DEFAULT_BACKOFF,
+                 on_error: Callable[[int], None] | None = None) -> None:
+        self._client = client
+        self._node = node
+        self._backoff = backoff
+        self._on_error = on_error
+        self.api_errors = 0
+
+    async def reconcile(
+        self, cards: Iterable[Card], *, observed: Observed = NOTHING_OBSERVED
+    ) -> dict[str, Result]:
+        """Every connector of `cards`: Display created if missing, status brought up to date.
+        Returns what happened per Display name. One Display failing does not stop the rest;
+        the first failure is raised at the end as DisplayWriteError."""
+        results: dict[str, Result] = {}
+        failures: list[DisplayWriteError] = []
+        for card in cards:
+            for connector in card.connectors:
+                name = display.display_name(self._node, connector.device_name)
+                try:
+                    results[name] = await self.reconcile_one(card, connector,
+                                                             observed=observed)
+                except DisplayWriteError as err:
+                    log.error("%s", err)
+                    failures.append(err)
+        if failures:
+            raise failures[0]
+        return results
+
+    async def reconcile_one(
+        self, card: Card, connector: Connector, *, observed: Observed = NOTHING_OBSERVED
+    ) -> Result:
+        name = display.display_name(self._node, connector.device_name)
+        try:
+            return await with_retries(
+                lambda: self._reconcile(name, card, connector, observed),
+                what=f"Display {name}", backoff=self._backoff, on_error=self._count_error,
+            )
+        except RetryError as err:
+            raise DisplayWriteError(str(err)) from err
+
+    def _count_error(self, code: int) -> None:
+        self.api_errors += 1
+        if self._on_error is not None:
+            self._on_error(code)
+
+    async def _reconcile(self, name: str, card: Card, connector: Connector,
+                         observed: Observed) -> Result:
+        stored = await self._get(name)
+        created = stored is None
+        if stored is None:
+            stored = await self._create(name, connector.device_name)
+        else:
+            await self._label(name, stored, connector.device_name)
+        old_status: JsonObject = dict(stored.get("status") or {})
+        new_status = observed_status(self._node, card, connector, observed=observed)
+        generation = (stored.get("metadata") or {}).get("generation")
+        new_status["conditions"] = [
+            connected_condition(connector.connected,
+                                previous=old_status.get("conditions") or [],
+                                generation=generation),
+            *(c for c in old_status.get("conditions") or []
+              if c.get("type") != CONNECTED_CONDITION),
+        ]
+        if generation is not None:
+            new_status["observedGeneration"] = generation
+        patch = merge_patch(old_status, new_status)
+        if patch:
+            await self._client.patch(DisplayResource.Status, name, {"status": patch},
+                                     patch_type=PatchType.MERGE)
+            log.info("Display %s: status %s", name, ", ".join(sorted(patch)))
+        if created:
+            return "created"
+        return "updated" if patch else "unchanged"
+
+    async def _get(self, name: str) -> JsonObject | None:
+        try:
+            found = await self._client.get(DisplayResource, name=name)
+        except ApiError as err:
+            if err.status.code == 404:
+                return None
+            raise
+        return _as_dict(found)
+
+    async def _create(self, name: str, device: str) -> JsonObject:
+        obj = DisplayResource.from_dict({
+            "apiVersion": display.API_VERSION,
+            "kind": display.KIND,
+            "metadata": {"name": name, "labels": self._labels(device)},
+            "spec": {},
+        })
+        created = await self._client.create(cast(GenericGlobalResource, obj))
+        log.info("created Display %s", name)
+        return _as_dict(created)
+
+    async def _label(self, name: str, stored: JsonObject, device: str) -> None:
+        """A Display a person created by hand gets the labels, so selectors find it."""
+        labels = (stored.get("metadata") or {}).get("labels") or {}
+        missing = {k: v for k, v in self._labels(device).items() if labels.get(k) != v}
+        if missing:
+            await self._client.patch(DisplayResource, name, {"metadata": {"labels": missing}},
+                                     patch_type=PatchType.MERGE)
+
+    def _labels(self, device: str) -> dict[str, str]:
+        return {display.NODE_LABEL: self._node, display.DEVICE_LABEL: device}
+
+
+def _as_dict(obj: object) -> JsonObject:
+    # lightkube's generic resources leave to_dict untyped.
+    result: JsonObject = cast(GenericGlobalResource, obj).to_dict()  # type: ignore[no-untyped-call]
+    return result

@@ -1,0 +1,151 @@
+"""The operator's Prometheus metrics (`display_*`) in a registry of their own, on METRICS_ADDR.
+
+Counters the code increments, gauges it sets, and one collector for compositor restarts: ordered
+restarts are counted here as orders are written, crashes are the weston container's
+`restartCount` from this pod's status (westonctl restarts weston in place for an order, so only
+unordered exits restart the container) and are set, not incremented, from that status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDR = ":9200"
+WESTON_CONTAINER = "weston"
+RestartReason = Literal["ordered", "crash"]
+PREPARE_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class MetricsError(Exception):
+    """Base of every error this module raises."""
+
+
+class BadAddressError(MetricsError, ValueError):
+    """METRICS_ADDR is not `[HOST]:PORT`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+
+def parse_addr(text: str) -> Address:
+    """`:9200` → all interfaces, port 9200; `127.0.0.1:9200`; `[::1]:9200`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdecimal() or not 0 <= int(port) < 65536:
+        raise BadAddressError(f"METRICS_ADDR {text!r} is not [HOST]:PORT (e.g. :9200)")
+    return Address(host.strip("[]") or "0.0.0.0", int(port))
+
+
+class _Restarts(Collector):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[RestartReason, float] = {"ordered": 0, "crash": 0}
+
+    def add_ordered(self) -> None:
+        with self._lock:
+            self._counts["ordered"] += 1
+
+    def set_crashes(self, count: int) -> None:
+        with self._lock:
+            # The kubelet's count only grows; a smaller one is an older read arriving late.
+            self._counts["crash"] = max(self._counts["crash"], count)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "display_compositor_restarts",
+            "Compositor restarts: ordered by the operator, or crashes (the weston container's "
+            "restart count).",
+            labels=["reason"],
+        )
+        with self._lock:
+            for reason, count in self._counts.items():
+                family.add_metric([reason], count)
+        yield family
+
+
+class Metrics:
+    """Every `display_` metric, registered in `registry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.connected_outputs = Gauge(
+            "display_connected_outputs", "Connectors with a monitor connected.", registry=r)
+        self.compositor_up = Gauge(
+            "display_compositor_up", "1 while the compositor answers its socket.", registry=r)
+        self.watchdog_kills = Counter(
+            "display_watchdog_kills", "Hung compositors the watchdog killed.", registry=r)
+        self.prepare_duration = Histogram(
+            "display_prepare_duration_seconds", "NodePrepareResources time per claim.",
+            buckets=PREPARE_BUCKETS, registry=r)
+        self.prepare_errors = Counter(
+            "display_prepare_errors", "Claims whose prepare failed, by reason.", ["reason"],
+            registry=r)
+        self.slice_publishes = Counter(
+            "display_slice_publishes", "ResourceSlice writes (create or update).", registry=r)
+        self.api_errors = Counter(
+            "display_api_errors", "Failed apiserver calls, by resource and HTTP status.",
+            ["resource", "code"], registry=r)
+        self.hotplug_events = Counter(
+            "display_hotplug_events", "drm uevents received.", registry=r)
+        self.ddc_operations = Counter(
+            "display_ddc_operations", "DDC/CI operations, by operation.", ["operation"],
+            registry=r)
+        self.ddc_errors = Counter(
+            "display_ddc_errors", "Failed DDC/CI operations, by operation.", ["operation"],
+            registry=r)
+        self._restarts = _Restarts()
+        r.register(self._restarts)
+
+    def restart_ordered(self) -> None:
+        self._restarts.add_ordered()
+
+    def set_crash_restarts(self, count: int) -> None:
+        self._restarts.set_crashes(count)
+
+    def api_error(self, resource: str) -> Callable[[int], None]:
+        """A callback for `retry.with_retries(on_error=...)` counting errors on `resource`."""
+
+        def count(code: int) -> None:
+            self.api_errors.labels(resource=resource, code=str(code)).inc()
+
+        return count
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+    def serve(self, addr: str = DEFAULT_ADDR) -> WSGIServer:
+        """Serve /metrics on `addr` from a daemon thread; `.shutdown()` the result to stop."""
+        where = parse_addr(addr)
+        server, _thread = start_http_server(where.port, where.host, registry=self.registry)
+        log.info("metrics on %s:%d", where.host, where.port)
+        return server
+
+
+def weston_restart_count(pod: Mapping[str, Any], *, container: str = WESTON_CONTAINER) -> int:
+    """The container's `restartCount` in a Pod (as the API returns it); 0 before it has one."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == container:
+            return int(status.get("restartCount") or 0)
+    return 0

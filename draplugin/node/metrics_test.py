@@ -1,0 +1,93 @@
+"""metrics: the exposition passes `promtool check metrics`, restarts and addresses read right."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+from draplugin.node import metrics
+
+
+def _filled() -> metrics.Metrics:
+    m = metrics.Metrics()
+    m.connected_outputs.set(2)
+    m.compositor_up.set(1)
+    m.watchdog_kills.inc()
+    m.prepare_duration.observe(0.012)
+    m.prepare_errors.labels(reason="compositor-unavailable").inc()
+    m.slice_publishes.inc()
+    m.api_error("resourceslices")(429)
+    m.hotplug_events.inc(3)
+    m.ddc_operations.labels(operation="set_vcp").inc()
+    m.ddc_errors.labels(operation="capabilities").inc()
+    m.restart_ordered()
+    m.set_crash_restarts(4)
+    return m
+
+
+def test_exposition_passes_promtool() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool (Debian's prometheus package) is not installed"
+    result = subprocess.run([promtool, "check", "metrics"], input=_filled().exposition(),
+                            capture_output=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_every_metric_is_display_prefixed() -> None:
+    names = {m.name for m in _filled().registry.collect()}
+    assert names and all(n.startswith("display_") for n in names), names
+
+
+def test_restart_counts_by_reason() -> None:
+    m = _filled()
+    m.set_crash_restarts(2)  # an older read arriving late does not lower the count
+    text = m.exposition().decode()
+    assert 'display_compositor_restarts_total{reason="ordered"} 1.0' in text
+    assert 'display_compositor_restarts_total{reason="crash"} 4.0' in text
+    assert 'display_api_errors_total{code="429",resource="resourceslices"} 1.0' in text
+
+
+@pytest.mark.parametrize(
+    ("pod", "count"),
+    [
+        ({"status": {"containerStatuses": [{"name": "weston", "restartCount": 3},
+                                           {"name": "operator", "restartCount": 9}]}}, 3),
+        ({"status": {"containerStatuses": [{"name": "operator", "restartCount": 9}]}}, 0),
+        ({}, 0),
+    ],
+    ids=["weston", "no-weston-status", "no-status"],
+)
+def test_weston_restart_count(pod: dict[str, object], count: int) -> None:
+    assert metrics.weston_restart_count(pod) == count
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [(":9200", "0.0.0.0", 9200), ("127.0.0.1:9300", "127.0.0.1", 9300),
+     ("[::1]:80", "::1", 80)],
+    ids=["port-only", "ipv4", "ipv6"],
+)
+def test_parse_addr(text: str, host: str, port: int) -> None:
+    assert metrics.parse_addr(text) == metrics.Address(host, port)
+
+
+@pytest.mark.parametrize("text", ["9200", ":x", ":-1", ":70000"],
+                         ids=["no-colon", "word", "negative", "too-big"])
+def test_bad_addr_is_refused(text: str) -> None:
+    with pytest.raises(metrics.BadAddressError, match="METRICS_ADDR"):
+        metrics.parse_addr(text)
+
+
+def test_serves_over_http() -> None:
+    m = _filled()
+    server = m.serve("127.0.0.1:0")
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            assert b"display_connected_outputs 2.0" in reply.read()
+    finally:
+        server.shutdown()
+        server.server_close()

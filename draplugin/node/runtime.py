@@ -1,0 +1,323 @@
+"""The node publisher as one asyncio task: slice, Displays, hotplug, watchdog, DDC/CI, metrics.
+
+`NodeRuntime.run()` is what the operator's main loop starts beside its gRPC servers. It reads
+the cards, publishes the slice and the Displays, then keeps them current from uevents and the
+periodic resync, probes DDC/CI in the background after start and after each plug, and runs the
+compositor watchdog, whose availability changes taint the devices and reach the listeners the
+plugin registers (health stream, prepare refusal). Everything it counts goes to `metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from draplugin.node import ddcmap, displays, hotplug, metrics, slices, watchdog
+from libdisplay import drm, wayland
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Where the node's pieces are. `pod` is (namespace, name) of this pod, for the weston
+    container's restart count; None leaves the crash count at 0. `aliases` map connector
+    output names to the compositor's (a simulated node runs weston's x11 outputs `X1`, ...)."""
+
+    node: str
+    weston_socket: Path
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    pid_file: Path = watchdog.PID_FILE
+    pod: tuple[str, str] | None = None
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    """Connector output name (`HDMI-A-1`) → the compositor's name for it, where they differ."""
+    slice_resync: float = 5.0
+    hotplug_resync: float = 30.0
+    restart_poll: float = 15.0
+    ddc_timeout: float = 10.0
+    watchdog_interval: float = 1.0
+    probe_timeout: float = 1.0
+
+
+@dataclass(slots=True)
+class _Observed:
+    ddc: dict[str, displays.DdcState] = field(default_factory=dict)
+    claims: dict[str, displays.ClaimRef] = field(default_factory=dict)
+
+
+class NodeRuntime:
+    """Owns the publisher's pieces; see the module docstring."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        config: NodeConfig,
+        *,
+        source: hotplug.UeventSource | None = None,
+        buses: ddcmap.Buses | None = None,
+        registry: metrics.Metrics | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = registry or metrics.Metrics()
+        self._client = client
+        self._source = source
+        self.buses = buses or ddcmap.Buses()
+        self._observed = _Observed()
+        self._bus_map: dict[str, int] = {}
+        self.publisher = slices.Publisher(
+            client, node=config.node, resync=config.slice_resync,
+            on_publish=self.metrics.slice_publishes.inc,
+            on_error=self.metrics.api_error("resourceslices"))
+        self.displays = displays.Displays(client, node=config.node,
+                                          on_error=self.metrics.api_error("displays"))
+        self.watchdog = watchdog.Watchdog(
+            config.weston_socket, listeners=[self._on_availability], pid_file=config.pid_file,
+            interval=config.watchdog_interval, timeout=config.probe_timeout,
+            on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
+        self.hotplug: hotplug.Hotplug | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._displays_due = asyncio.Event()
+
+    # -- what the plugin side uses ---------------------------------------------------------------
+
+    def add_availability_listener(self, listener: watchdog.Listener) -> None:
+        """Hear each compositor availability change (health stream, prepare refusal)."""
+        self.watchdog.add_listener(listener)
+
+    @property
+    def compositor_available(self) -> bool:
+        return self.watchdog.available
+
+    def ddc_hook(self) -> ddcmap.ClaimDdc:
+        """Part 1's DdcHook, sharing this runtime's buses and bus map."""
+        return ddcmap.ClaimDdc(self.buses, buses=lambda: self._bus_map)
+
+    def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
+        """The claims holding devices now (device name → claim), for the Display status;
+        written at the next reconcile (call `refresh()` to write now)."""
+        self._observed.claims = dict(claims)
+
+    async def close(self) -> None:
+        """Release the API client."""
+        await self._client.close()
+
+    async def refresh(self) -> None:
+        """Write the Display status now (e.g. after a prepare or unprepare)."""
+        if self.hotplug is not None:
+            await self._reconcile_displays(self.hotplug.cards)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until cancelled. Uses the real netlink source unless one was given."""
+        source = self._source or hotplug.UdevEvents()
+        scan = functools.partial(drm.enumerate_cards, sysfs_root=self.config.sysfs_root,
+                                 dev_root=self.config.dev_root)
+        self.hotplug = hotplug.Hotplug(
+            source, scan, self._on_hotplug, resync=self.config.hotplug_resync,
+            on_event=lambda _e: self.metrics.hotplug_events.inc())
+        cards = await self.hotplug.start()
+        await self._publish(cards)
+        self._probe_ddc_later(cards)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.publisher.run())
+                group.create_task(self.hotplug.run())
+                group.create_task(self.watchdog.run())
+                group.create_task(self._display_loop())
+                if self.config.pod is not None:
+                    group.create_task(self._poll_restarts(*self.config.pod))
+        finally:
+            for task in self._background:
+                task.cancel()
+
+    async def _on_hotplug(self, cards: tuple[drm.Card, ...], changes: hotplug.Changes) -> None:
+        for device in (*changes.removed, *changes.swapped):
+            self._observed.ddc.pop(device, None)
+        await self._publish(cards)
+        if changes.added or changes.swapped:
+            self._probe_ddc_later(cards)
+
+    async def _publish(self, cards: tuple[drm.Card, ...]) -> None:
+        connected = sum(c.connected for card in cards for c in card.connectors)
+        self.metrics.connected_outputs.set(connected)
+        ddc = {d: s.supported for d, s in self._observed.ddc.items()}
+        self.publisher.update(slices.build_devices(cards, ddc=ddc))
+        try:
+            await self.publisher.sync()
+        except slices.SliceError as err:
+            log.error("%s (the publisher retries at its next resync)", err)
+        # Displays follow on their own task: a burst of plugs must not queue behind them.
+        self._displays_due.set()
+
+    async def _display_loop(self) -> None:
+        while True:
+            await self._displays_due.wait()
+            self._displays_due.clear()
+            if self.hotplug is not None:
+                await self._reconcile_displays(self.hotplug.cards)
+
+    async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> None:
+        outputs = await self._outputs(cards) if self.compositor_available else {}
+        observed = displays.Observed(outputs=outputs, ddc=self._observed.ddc,
+                                     claims=self._observed.claims)
+        try:
+            await self.displays.reconcile(cards, observed=observed)
+        except displays.DisplaysError as err:
+            log.error("%s (retried at the next hotplug or resync)", err)
+
+    async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
+        """The compositor's outputs by device name: what each runs at now."""
+        try:
+            found = await asyncio.to_thread(wayland.list_outputs, self.config.weston_socket,
+                                            timeout=self.config.probe_timeout * 2)
+        except wayland.WaylandError as err:
+            log.info("cannot list the compositor's outputs: %s", err)
+            return {}
+        by_name = {o.name: o for o in found}
+        aliases = self.config.aliases
+        return {
+            c.device_name: by_name[name]
+            for card in cards
+            for c in card.connectors
+            if (name := aliases.get(c.output_name, c.output_name)) in by_name
+        }
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _probe_ddc_later(self, cards: tuple[drm.Card, ...]) -> None:
+        self._later(self._probe_ddc(cards))
+
+    async def _probe_ddc(self, cards: tuple[drm.Card, ...]) -> None:
+        buses = ddcmap.delivered_buses(self.config.dev_root)
+        self._bus_map = await asyncio.to_thread(ddcmap.map_buses, cards, buses,
+                                                access=self.buses)
+        todo = {d: b for d, b in self._bus_map.items() if d not in self._observed.ddc}
+        found = await ddcmap.probe_all(todo, access=self.buses, timeout=self.config.ddc_timeout)
+        for state in found.values():
+            self.metrics.ddc_operations.labels(operation="probe").inc()
+            if not state.supported:
+                self.metrics.ddc_errors.labels(operation="probe").inc()
+        self._observed.ddc.update(found)
+        if found and self.hotplug is not None:
+            await self._publish(self.hotplug.cards)
+
+    def _on_availability(self, now: watchdog.Availability) -> None:
+        self.metrics.compositor_up.set(1 if now.available else 0)
+        self.publisher.set_tainted(not now.available)
+        if now.available:
+            # A (re)started compositor may run other modes: the Display status follows.
+            self._later(self.refresh())
+
+    async def _poll_restarts(self, namespace: str, pod: str) -> None:
+        while True:
+            try:
+                found = await self._client.get(Pod, name=pod, namespace=namespace)
+                self.metrics.set_crash_restarts(metrics.weston_restart_count(found.to_dict()))
+            except ApiError as err:
+                log.warning("cannot read pod %s/%s for the restart count: %s",
+                            namespace, pod, err.status.message)
+            await asyncio.sleep(self.config.restart_poll)
+
+
+
+def async_client(*, api_server: str | None = None, kubeconfig: Path | None = None,
+                 field_manager: str = "display-operator") -> AsyncClient:
+    """An AsyncClient the way part 1's `LightkubeKube` reaches the API: a plain URL (the fake),
+    a kubeconfig, or the pod's service account."""
+    if api_server:
+        config = KubeConfig.from_one(cluster=Cluster(server=api_server, insecure=True), user=User())
+    elif kubeconfig:
+        config = KubeConfig.from_file(kubeconfig)
+    else:
+        config = KubeConfig.from_service_account()
+    return AsyncClient(config, field_manager=field_manager, trust_env=False)
+
+
+class NodeThreadError(Exception):
+    """The node publisher's thread could not start or is not running."""
+
+
+class NodeThread:
+    """Runs a NodeRuntime on an event loop of its own thread, for the operator's sync main.
+
+    `make()` runs on that thread (so the AsyncClient belongs to its loop). Listeners added to
+    the runtime are called on that thread; `submit()` runs a coroutine there from any thread.
+    """
+
+    def __init__(self, make: Callable[[], NodeRuntime]) -> None:
+        self._make = make
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._runtime: NodeRuntime | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="node-publisher", daemon=True)
+
+    def start(self, *, timeout: float = 30.0) -> NodeRuntime:
+        """Start the thread; the runtime once built (its first publish goes on in the thread)."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise NodeThreadError(f"the node publisher was not built within {timeout:g} s")
+        if self._runtime is None:
+            raise NodeThreadError(f"the node publisher could not start: {self._error}")
+        return self._runtime
+
+    def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self._loop is None:
+            raise NodeThreadError("the node publisher is not running")
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    def stop(self, *, timeout: float = 5.0) -> None:
+        """Cancel the runtime and join the thread; NodeThreadError if it outlives `timeout`."""
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise NodeThreadError(f"the node publisher did not stop within {timeout:g} s")
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the runtime, when it ended by itself."""
+        return self._error
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            self._runtime = self._make()
+        except Exception as err:  # reported to start() in the caller's thread
+            self._error = err
+            self._ready.set()
+            return
+        self._task = asyncio.current_task()
+        self._ready.set()
+        try:
+            await self._runtime.run()
+        except asyncio.CancelledError:
+            log.info("node publisher stopped")
+        except Exception as err:
+            log.exception("node publisher failed")
+            self._error = err
+        finally:
+            await self._runtime.close()

@@ -1,0 +1,151 @@
+"""runtime: the whole publisher on the fake apiserver, a simulated card and a real weston."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
+from fakekube.client import async_client
+from fakekube.server import FakeKube
+from libdisplay import display, sysfs_tree
+from libdisplay.ddc import DdcClient, Transport
+from libdisplay.ddc_sim import FakeClock, SimulatedMonitor
+from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.wayland import Liveness
+from tests.support import weston
+from tests.support.crds import display_crd
+
+NODE = "kiosk-1"
+WAIT_SECONDS = 60.0
+A = build_edid(EdidParams(serial_number=1, name="A"))
+B = build_edid(EdidParams(serial_number=2, name="B"))
+CAPS = "(prot(monitor)type(lcd)vcp(10 12 60(0F 11) D6(01 04))mccs_ver(2.2))"
+
+
+def _buses(monitors: dict[int, SimulatedMonitor]) -> ddcmap.Buses:
+    clock = FakeClock()
+
+    def open_bus(bus: int) -> Transport:
+        if bus not in monitors:
+            raise FileNotFoundError(f"/dev/i2c-{bus}")
+        return monitors[bus]
+
+    return ddcmap.Buses(open_bus=open_bus,
+                        client=lambda t: DdcClient(t, sleep=clock.sleep, clock=clock))
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    try:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while not check():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not done after {WAIT_SECONDS:g} s: {what}") from None
+
+
+def _slice(fake: FakeKube) -> dict[str, Any]:
+    return fake.get("resource.k8s.io/v1", "ResourceSlice", slices.slice_name(NODE)) or {}
+
+
+def _devices(fake: FakeKube) -> list[dict[str, Any]]:
+    return list((_slice(fake).get("spec") or {}).get("devices") or [])
+
+
+def _display_status(fake: FakeKube, device: str) -> dict[str, Any]:
+    found = fake.get(display.API_VERSION, display.KIND, display.display_name(NODE, device))
+    return dict((found or {}).get("status") or {})
+
+
+def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) -> None:
+    sysfs_tree.write_tree(tmp_path, sysfs_tree.SimCard(connectors=(
+        sysfs_tree.SimConnector(type="HDMI-A", edid=A, i2c_bus=3),
+        sysfs_tree.SimConnector(type="DP", status="disconnected"),
+    )))
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with FakeKube() as fake, weston.headless(renderer="noop") as w:
+        fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        fake.register_crd(display_crd())
+        pid_file.write_text(f"{w.process.pid}\n")
+        config = runtime.NodeConfig(
+            node=NODE, weston_socket=w.socket, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+            dev_root=sysfs_tree.dev_root(tmp_path), pid_file=pid_file,
+            watchdog_interval=0.1, probe_timeout=0.5, aliases={"HDMI-A-1": "headless"})
+        source = hotplug.QueueEvents()
+
+        async def main() -> tuple[runtime.NodeRuntime, dict[str, Any]]:
+            client = async_client(fake.url)
+            node = runtime.NodeRuntime(client, config, source=source,
+                                       buses=_buses({3: SimulatedMonitor(capabilities=CAPS)}))
+            node.add_availability_listener(heard.append)
+            task = asyncio.create_task(node.run())
+            try:
+                await _until(lambda: any(
+                    d["attributes"]["ddc"] == {"bool": True} for d in _devices(fake)),
+                    "the slice says DDC/CI answers")
+                await _until(lambda: node.compositor_available, "weston answers")
+                await _until(lambda: "currentMode" in _display_status(fake, "card0-hdmi-a-1"),
+                             "the Display shows the mode weston runs")
+                running = _display_status(fake, "card0-hdmi-a-1")
+                sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
+                source.inject()
+                await _until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
+                w.process.send_signal(signal.SIGSTOP)
+                await _until(lambda: all(d.get("taints") for d in _devices(fake)),
+                             "every device is tainted")
+                await _until(lambda: node.watchdog.kills == 1, "the hung weston is killed")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await client.close()
+            return node, running
+
+        node, running = asyncio.run(main())
+        assert w.process.wait(timeout=10) == -signal.SIGKILL
+        assert running["currentMode"].startswith("1024x640")
+        assert running["currentTransform"] == "normal" and running["currentScale"] == 1
+        assert _display_status(fake, "card0-hdmi-a-1")["ddc"]["supported"] is True
+    assert [a.available for a in heard] == [True, False]
+    text = node.metrics.exposition().decode()
+    assert "display_watchdog_kills_total 1.0" in text
+    assert "display_connected_outputs 2.0" in text
+    assert "display_compositor_up 0.0" in text
+
+
+def test_thread_runs_the_runtime_for_a_sync_main(tmp_path: Path) -> None:
+    sysfs_tree.write_tree(tmp_path, sysfs_tree.SimCard(connectors=(
+        sysfs_tree.SimConnector(type="HDMI-A", edid=A),)))
+    heard: list[watchdog.Availability] = []
+    with FakeKube() as fake:
+        fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        fake.register_crd(display_crd())
+        config = runtime.NodeConfig(
+            node=NODE, weston_socket=tmp_path / "no-weston",
+            sysfs_root=sysfs_tree.sysfs_root(tmp_path), dev_root=sysfs_tree.dev_root(tmp_path),
+            pid_file=tmp_path / "weston.pid", watchdog_interval=0.1, probe_timeout=0.5)
+
+        def make() -> runtime.NodeRuntime:
+            node = runtime.NodeRuntime(runtime.async_client(api_server=fake.url), config,
+                                       source=hotplug.QueueEvents(), buses=_buses({}))
+            node.add_availability_listener(heard.append)
+            return node
+
+        thread = runtime.NodeThread(make)
+        node = thread.start()
+        try:
+            deadline = time.monotonic() + WAIT_SECONDS
+            while not all(d.get("taints") for d in _devices(fake)) or not _devices(fake):
+                assert time.monotonic() < deadline, "no tainted slice: the compositor is absent"
+                time.sleep(0.02)
+            node.set_claims({"card0-hdmi-a-1": displays.ClaimRef("ns", "c", "uid-1")})
+            thread.submit(node.refresh()).result(timeout=WAIT_SECONDS)
+            assert _display_status(fake, "card0-hdmi-a-1")["claim"]["uid"] == "uid-1"
+        finally:
+            thread.stop()
+        assert thread.error is None
+    assert [(a.available, a.state) for a in heard] == [(False, Liveness.ABSENT)]

@@ -1,0 +1,164 @@
+"""The compositor watchdog: probe weston's socket every second, SIGKILL it when it hangs.
+
+A probe is `libdisplay.wayland.probe` (registry + sync round trip). Answering → available.
+Anything else → unavailable, and the listeners hear it once per change (taint the devices,
+report them Unhealthy, refuse prepares; and the reverse when it answers again). HUNG (connected
+but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston named
+by the pid file westonctl writes, after checking `/proc/<pid>/comm` says weston, so a stale
+pid file never kills a stranger. A stopped process takes no SIGTERM, and a hang is a crash:
+no restart order is written, so westonctl exits and the kubelet counts the restart. DEAD or
+ABSENT means there is nothing to kill: westonctl and the kubelet are already restarting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
+
+log = logging.getLogger(__name__)
+
+PID_FILE = Path("/etc/weston/weston.pid")
+COMPOSITOR_COMM = "weston"
+
+
+class WatchdogError(Exception):
+    """Base of every error this module raises."""
+
+
+class NoCompositorPidError(WatchdogError):
+    """The pid file is missing, unreadable, or names a process that is not weston."""
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """What the listeners hear: whether the compositor answers, and why it was judged so."""
+
+    available: bool
+    state: Liveness | None
+    detail: str
+
+
+Listener = Callable[[Availability], None]
+Killer = Callable[[int, int], None]
+
+
+def compositor_pid(pid_file: Path, *, proc: Path = Path("/proc")) -> int:
+    """The pid in `pid_file`, checked to be a live weston through `/proc/<pid>/comm`."""
+    try:
+        text = pid_file.read_text().strip()
+    except OSError as err:
+        raise NoCompositorPidError(f"cannot read the pid file {pid_file}: {err}") from err
+    if not text.isdecimal() or int(text) <= 1:
+        raise NoCompositorPidError(f"pid file {pid_file} holds {text!r}, not a pid")
+    pid = int(text)
+    try:
+        comm = (proc / str(pid) / "comm").read_text().strip()
+    except OSError as err:
+        raise NoCompositorPidError(f"pid {pid} from {pid_file} is not running: {err}") from err
+    if comm != COMPOSITOR_COMM:
+        raise NoCompositorPidError(f"pid {pid} from {pid_file} is {comm!r}, not weston")
+    return pid
+
+
+class Watchdog:
+    """Probes `socket` every `interval` seconds; tells `listeners` of each availability change."""
+
+    def __init__(
+        self,
+        socket: Path,
+        *,
+        listeners: Sequence[Listener] = (),
+        pid_file: Path = PID_FILE,
+        proc: Path = Path("/proc"),
+        interval: float = 1.0,
+        timeout: float = 1.0,
+        hung_limit: int = 3,
+        kill: Killer = os.kill,
+        on_kill: Callable[[int], None] | None = None,
+    ) -> None:
+        if interval <= 0 or timeout <= 0 or hung_limit < 1:
+            raise WatchdogError(
+                f"interval {interval!r} and timeout {timeout!r} must be positive, "
+                f"hung_limit {hung_limit!r} at least 1"
+            )
+        self._socket = socket
+        self._listeners = list(listeners)
+        self._pid_file = pid_file
+        self._proc = proc
+        self._interval = interval
+        self._timeout = timeout
+        self._hung_limit = hung_limit
+        self._kill = kill
+        self._on_kill = on_kill
+        self._hung = 0
+        self.availability: Availability | None = None
+        self.kills = 0
+
+    @property
+    def available(self) -> bool:
+        """Whether the last probe found the compositor answering (False before the first)."""
+        return self.availability is not None and self.availability.available
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    async def run(self) -> None:
+        """Probe forever, one probe per `interval` (a slow probe is not followed by a sleep)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.step()
+            await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
+
+    async def step(self) -> Availability:
+        """One probe (in a thread: it blocks up to `timeout`), then kill and notify as due."""
+        found = await asyncio.to_thread(self._probe)
+        if found.state is Liveness.HUNG:
+            self._hung += 1
+            if self._hung >= self._hung_limit:
+                self._hung = 0
+                self._kill_compositor(found)
+        else:
+            self._hung = 0
+        return self._record(found)
+
+    def _probe(self) -> Availability:
+        try:
+            result: ProbeResult = probe(self._socket, timeout=self._timeout)
+        except WaylandError as err:
+            return Availability(False, None, f"cannot probe {self._socket}: {err}")
+        return Availability(result.state is Liveness.ANSWERING, result.state, result.detail)
+
+    def _kill_compositor(self, found: Availability) -> None:
+        try:
+            pid = compositor_pid(self._pid_file, proc=self._proc)
+        except NoCompositorPidError as err:
+            log.warning("compositor hung (%s) but there is nothing to kill: %s", found.detail, err)
+            return
+        log.warning("compositor pid %d hung for %d probes (%s): SIGKILL",
+                    pid, self._hung_limit, found.detail)
+        try:
+            self._kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            log.info("compositor pid %d exited before the SIGKILL", pid)
+            return
+        self.kills += 1
+        if self._on_kill is not None:
+            self._on_kill(pid)
+
+    def _record(self, now: Availability) -> Availability:
+        before = self.availability
+        self.availability = now
+        if before is None or before.available != now.available:
+            log.info("compositor %s: %s", "available" if now.available else "unavailable",
+                     now.detail)
+            for listener in self._listeners:
+                listener(now)
+        return now

@@ -1,0 +1,128 @@
+"""watchdog: real headless weston, hung with SIGSTOP; pid-file checks with a recording killer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from draplugin.node import watchdog
+from libdisplay.wayland import Liveness
+from tests.support import weston
+
+PROBE_TIMEOUT = 0.5
+MAX_STEPS = 40  # bounds every loop below; a healthy run needs a handful
+
+
+def _dog(sock: Path, pid_file: Path, heard: list[watchdog.Availability], *,
+         hung_limit: int = 3) -> watchdog.Watchdog:
+    return watchdog.Watchdog(sock, listeners=[heard.append], pid_file=pid_file,
+                             interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=hung_limit)
+
+
+def _steps_until(dog: watchdog.Watchdog, *,
+                 until: str) -> list[Liveness | None]:
+    """Step until `until` ("killed" or "available") holds; the states seen, bounded."""
+
+    async def main() -> list[Liveness | None]:
+        seen = []
+        for _ in range(MAX_STEPS):
+            seen.append((await dog.step()).state)
+            if (until == "killed" and dog.kills) or (until == "available" and dog.available):
+                return seen
+        raise AssertionError(f"not {until} after {MAX_STEPS} probes: {seen}")
+
+    return asyncio.run(main())
+
+
+def test_hung_compositor_is_killed_after_three_probes(tmp_path: Path) -> None:
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as w:
+        pid_file.write_text(f"{w.process.pid}\n")
+        dog = _dog(w.socket, pid_file, heard)
+        assert _steps_until(dog, until="available") == [Liveness.ANSWERING]
+        w.process.send_signal(signal.SIGSTOP)
+        seen = _steps_until(dog, until="killed")
+        assert seen == [Liveness.HUNG] * 3
+        assert w.process.wait(timeout=10) == -signal.SIGKILL
+    assert [(a.available, a.state) for a in heard] == [
+        (True, Liveness.ANSWERING), (False, Liveness.HUNG)]
+
+
+def test_hang_that_ends_in_time_recovers_without_kill(tmp_path: Path) -> None:
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as w:
+        pid_file.write_text(f"{w.process.pid}\n")
+        dog = _dog(w.socket, pid_file, heard)
+        _steps_until(dog, until="available")
+        w.process.send_signal(signal.SIGSTOP)
+        assert asyncio.run(dog.step()).state is Liveness.HUNG
+        w.process.send_signal(signal.SIGCONT)
+        _steps_until(dog, until="available")
+        assert dog.kills == 0 and not w.process.exited()
+    assert [a.available for a in heard] == [True, False, True]
+
+
+def test_dead_compositor_is_unavailable_and_not_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as w:
+        pid_file.write_text(f"{w.process.pid}\n")
+        sock = w.socket
+        w.process.stop()
+    dog = _dog(sock, pid_file, heard, hung_limit=1)
+    for _ in range(3):
+        asyncio.run(dog.step())
+    assert dog.kills == 0
+    assert [(a.available, a.state) for a in heard] == [(False, Liveness.ABSENT)]
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (None, "cannot read"),
+        ("not-a-pid\n", "not a pid"),
+        ("1\n", "not a pid"),
+        ("self", "not weston"),
+        ("999999999\n", "not running"),
+    ],
+    ids=["missing", "garbage", "init", "not-weston", "gone"],
+)
+def test_pid_file_must_name_a_live_weston(tmp_path: Path, content: str | None,
+                                          error: str) -> None:
+    pid_file = tmp_path / "weston.pid"
+    if content == "self":
+        content = f"{os.getpid()}\n"
+    if content is not None:
+        pid_file.write_text(content)
+    with pytest.raises(watchdog.NoCompositorPidError, match=error):
+        watchdog.compositor_pid(pid_file)
+
+
+def test_hung_without_a_weston_pid_kills_nothing(tmp_path: Path) -> None:
+    pid_file = tmp_path / "weston.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    killed: list[tuple[int, int]] = []
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as w:
+        dog = watchdog.Watchdog(w.socket, listeners=[heard.append], pid_file=pid_file,
+                                interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=1,
+                                kill=lambda pid, sig: killed.append((pid, sig)))
+        w.process.send_signal(signal.SIGSTOP)
+        assert asyncio.run(dog.step()).state is Liveness.HUNG
+    assert killed == [] and dog.kills == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"interval": 0}, {"timeout": -1}, {"hung_limit": 0}],
+    ids=["interval", "timeout", "hung-limit"],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(watchdog.WatchdogError, match="must be"):
+        watchdog.Watchdog(Path("/nonexistent"), **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,88 @@
+"""The node publisher wired to the kubelet side: one object the operator starts and stops.
+
+The publisher (`draplugin.node`) runs on its own asyncio thread; the kubelet side is sync
+gRPC. This module is the seam: it tells the driver why prepares must fail now (the
+watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, and
+after every prepare/unprepare batch tells the publisher which claim holds which monitor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from draplugin.checkpoint import Checkpoint
+from draplugin.node.displays import ClaimRef
+from draplugin.node.runtime import NodeConfig, NodeRuntime, NodeThread, async_client
+from draplugin.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_PREPARED = "prepared"
+
+
+@dataclass(slots=True)
+class Publisher:
+    """A started publisher; `stop` ends its thread and its metrics server."""
+
+    thread: NodeThread
+    runtime: NodeRuntime
+    metrics_server: Any
+
+    def refusal(self) -> str | None:
+        """Why new prepares fail now, or None while the compositor answers."""
+        if self.runtime.compositor_available:
+            return None
+        availability = self.runtime.watchdog.availability
+        detail = availability.detail if availability else "not probed yet"
+        return (
+            f"the compositor does not answer on its socket ({detail}); "
+            "the claim is prepared once it does"
+        )
+
+    def health(self) -> tuple[bool, str]:
+        """The health stream's verdict: the watchdog's, not a probe of its own."""
+        availability = self.runtime.watchdog.availability
+        detail = availability.detail if availability else "not probed yet"
+        return self.runtime.compositor_available, f"compositor: {detail}"
+
+    def claims_changed(self, checkpoint: Checkpoint) -> None:
+        """Show on each Display which prepared claim holds it."""
+        holders = {
+            device.device: ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+            for entry in checkpoint.claims.values()
+            if entry.state == _PREPARED
+            for device in entry.devices
+        }
+        self.runtime.set_claims(holders)
+        self.thread.submit(self.runtime.refresh())
+
+    def stop(self) -> None:
+        self.metrics_server.shutdown()
+        self.thread.stop()
+
+
+def start_publisher(settings: Settings, *, metrics_addr: str) -> Publisher:
+    """Start the publisher for this node and serve its metrics on `metrics_addr`."""
+    namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
+    config = NodeConfig(
+        node=settings.node_name,
+        weston_socket=settings.wayland_socket,
+        sysfs_root=settings.sysfs_root,
+        dev_root=settings.dev_root,
+        pid_file=settings.pid_file,
+        pod=(namespace, pod) if namespace and pod else None,
+        aliases=settings.aliases,
+    )
+    kube = settings.kube
+    thread = NodeThread(
+        lambda: NodeRuntime(
+            async_client(api_server=kube.api_server, kubeconfig=kube.kubeconfig), config
+        )
+    )
+    runtime = thread.start()
+    server = runtime.metrics.serve(metrics_addr)
+    log.info("node publisher running for %s", settings.node_name)
+    return Publisher(thread=thread, runtime=runtime, metrics_server=server)
