@@ -108,6 +108,15 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     help="weston's shell, as declare writes it (env WESTON_SHELL).",
 )
 @click.option(
+    "--delivery",
+    envvar="SOCKET_DELIVERY",
+    type=click.Choice(["layout", "shared"]),  # settings.DeliveryKind
+    default="layout",
+    show_default=True,
+    help="How a claim gets its Wayland socket: its own from the layout module, mounted alone, "
+    "or the compositor's public one (a stock shell, tests) (env SOCKET_DELIVERY).",
+)
+@click.option(
     "--restart-timeout",
     envvar="RESTART_TIMEOUT",
     default=10.0,
@@ -181,6 +190,7 @@ def operator(**options: Any) -> None:
         restart_timeout_s=options["restart_timeout"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
         shell=options["shell"],
+        delivery=options["delivery"],
         fault_point=fault,
     )
     node = (
@@ -200,6 +210,8 @@ def operator(**options: Any) -> None:
     except CheckpointError as err:
         # Never reset it: prepared claims of running pods are only in there.
         raise click.ClickException(f"{err}; fix or move it by hand") from err
+    if node is not None:
+        node.runtime.add_availability_listener(_restore_when_back(driver))
     server = PluginServer(settings, driver, health=node.health if node else None)
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -215,6 +227,23 @@ def operator(**options: Any) -> None:
     finally:
         if node is not None:
             node.stop()
+
+
+def _restore_when_back(driver: Any) -> Callable[[Any], None]:
+    """A watchdog listener: a compositor that answers again has lost every claim's socket.
+
+    The watchdog calls it on the publisher's event loop, which must not wait for the
+    driver's lock (held through a whole prepare), so the restore runs on a thread of its own.
+    """
+    import threading
+
+    def on_availability(availability: Any) -> None:
+        if availability.available:
+            threading.Thread(
+                target=driver.restore_sockets, name="restore-sockets", daemon=True
+            ).start()
+
+    return on_availability
 
 
 def _start_publisher(settings: Any, *, metrics_addr: str) -> Any:

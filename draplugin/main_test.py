@@ -39,3 +39,12 @@ def test_operator_refuses_an_unknown_fault_point(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "'nowhere' is not one of prepare-started" in result.output
+
+
+def test_operator_refuses_an_unknown_delivery(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["operator", "--node-name=n1", f"--plugin-dir={tmp_path}"],
+        env={"SOCKET_DELIVERY": "everyone"},
+    )
+    assert result.exit_code == 2
+    assert "'everyone' is not one of 'layout', 'shared'" in result.output

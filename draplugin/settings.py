@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
+
+from libdisplay.outputs import LayoutSockets
 
 DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
 DRA_SOCKET: Final = "dra.sock"
+
+DeliveryKind = Literal["layout", "shared"]
+"""How a claim gets its socket (`draplugin.delivery`): the layout module's per-claim sockets,
+or the compositor's public socket shared by every claim (tests with a stock shell)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,7 @@ class Settings:
     kube: KubeAccess
     shell: str = "layout.so"
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
+    delivery: DeliveryKind = "layout"
     fault_point: str | None = None
     """Test hook: the plugin kills itself with SIGKILL when it reaches this step."""
 
@@ -51,6 +58,11 @@ class Settings:
     @property
     def registration_socket(self) -> Path:
         return self.registry_dir / REGISTRATION_SOCKET
+
+    @property
+    def layout_control(self) -> Path:
+        """The layout module's control socket, beside weston.ini as declare writes it."""
+        return LayoutSockets.beside(self.weston_ini).control
 
     @property
     def wayland_socket(self) -> Path:

@@ -1,14 +1,24 @@
-"""Prepared claims: serialized prepare and unprepare, with the checkpoint, CDI specs and modes.
+"""Prepared claims: serialized prepare and unprepare, with the checkpoint, sockets, CDI specs
+and modes.
 
 Every step that writes is followed by a named fault point, so a test can kill the plugin
 (SIGKILL) right there, restart it, and check that repeating the call — or start-up recovery —
-ends with no leaked CDI spec, no lost claim and no mode record without a claim. The order:
+ends with no leaked CDI spec or claim socket, no lost claim and no mode record without a
+claim. The order:
 
 prepare: read and check everything (claim, allocation, devices now in sysfs, config against the
-monitor) -> checkpoint `started` -> mode record -> Display specs -> CDI spec -> weston.ini and
-restart -> checkpoint `prepared`.
-unprepare: checkpoint `unpreparing` -> CDI spec removed -> Display specs restored -> mode
-record removed -> weston.ini and restart -> checkpoint entry removed.
+monitor) -> checkpoint `started` -> mode record -> Display specs -> weston.ini and restart ->
+the claim's sockets (`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. The CDI spec
+comes after every step that can fail for the compositor's sake (restart, socket), so a claim
+that fails there has no spec and stays `started` until the kubelet repeats or unprepares it.
+unprepare: checkpoint `unpreparing` -> CDI spec removed -> sockets removed -> Display specs
+restored -> mode record removed -> weston.ini and restart -> checkpoint entry removed.
+
+The layout module forgets every claim's socket when the compositor restarts; the checkpoint
+does not. `restore_sockets` recreates the prepared claims' sockets: at start, after each
+restart this driver orders, and when the node publisher's watchdog sees the compositor
+come back (it calls from its own thread; the driver's lock serializes it with the kubelet's
+calls).
 """
 
 from __future__ import annotations
@@ -19,17 +29,16 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Final, Literal, Protocol, get_args
 
-from draplugin import checkpoint, modes
+from draplugin import checkpoint, delivery, modes
 from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.claimconfig import ClaimConfigError, DisplayConfig, from_json
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import cdi, drm
-from libdisplay.cdi import ClaimedOutput, SocketDelivery
+from libdisplay.cdi import ClaimedOutput
 from libdisplay.display import display_name
 from libdisplay.modes import Mode
 from libdisplay.outputs import Monitor, read_monitor
@@ -41,11 +50,13 @@ FaultPoint = Literal[
     "prepare-started",
     "prepare-mode-recorded",
     "prepare-display-written",
-    "prepare-cdi-written",
     "prepare-restarted",
+    "prepare-socket-created",
+    "prepare-cdi-written",
     "prepare-completed",
     "unprepare-started",
     "unprepare-cdi-removed",
+    "unprepare-socket-removed",
     "unprepare-display-restored",
     "unprepare-mode-removed",
     "unprepare-restarted",
@@ -55,7 +66,8 @@ FAULT_POINTS: Final = get_args(FaultPoint)
 
 # What fails a claim without being the claim's fault: the API, the compositor, the disk.
 _FAILURES: Final = (
-    KubeError, modes.ModesError, drm.DrmError, cdi.CdiError, checkpoint.CheckpointError, OSError
+    KubeError, modes.ModesError, drm.DrmError, cdi.CdiError, checkpoint.CheckpointError,
+    delivery.DeliveryError, OSError,
 )
 
 
@@ -129,11 +141,7 @@ class Driver:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._checkpoint_path = checkpoint.path_in(settings.plugin_dir)
-        self._delivery = SocketDelivery(
-            host_dir=PurePosixPath(settings.socket_dir),
-            container_dir=PurePosixPath(settings.container_socket_dir),
-            socket_name=settings.socket_name,
-        )
+        self._delivery = delivery.from_settings(settings)
 
     # --- the kubelet's calls ---------------------------------------------------------------
 
@@ -196,11 +204,12 @@ class Driver:
         self._fault("prepare-started")
         if plan.record is not None:
             self._write_modes(plan.record)
-        cdi.write_spec(ref.uid, plan.outputs, self._delivery, cdi_dir=self._settings.cdi_dir)
-        self._fault("prepare-cdi-written")
-        if plan.record is not None:
             self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode")
         self._fault("prepare-restarted")
+        self._delivery.create_sockets(ref.uid, plan.outputs)
+        self._fault("prepare-socket-created")
+        self._delivery.write_spec(ref.uid, plan.outputs)
+        self._fault("prepare-cdi-written")
         self._save(self._load().with_claim(plan.entry.with_state("prepared")))
         self._fault("prepare-completed")
         log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
@@ -292,6 +301,8 @@ class Driver:
     def _apply_modes(self, *, reason: str) -> None:
         if modes.regenerate(self._settings, self._kube):
             modes.restart_compositor(self._settings, reason=reason)
+            # The new compositor's module holds no claim's socket.
+            self._restore_sockets()
 
     # --- unprepare -------------------------------------------------------------------------
 
@@ -312,6 +323,8 @@ class Driver:
     def _finish_unprepare(self, entry: ClaimEntry) -> None:
         cdi.remove_spec(entry.uid, cdi_dir=self._settings.cdi_dir)
         self._fault("unprepare-cdi-removed")
+        self._delivery.remove_sockets(entry.uid)
+        self._fault("unprepare-socket-removed")
         stated = any(from_json(c).states_output for c in entry.config.values())
         self._remove_modes(entry.uid)
         if stated:
@@ -333,6 +346,7 @@ class Driver:
 
     def _clean_orphan(self, uid: str) -> bool:
         removed = cdi.remove_spec(uid, cdi_dir=self._settings.cdi_dir)
+        removed = self._delivery.remove_sockets(uid) or removed
         if self._remove_modes(uid):
             self._apply_modes(reason=f"claim {uid} is gone")
             removed = True
@@ -343,9 +357,10 @@ class Driver:
     def recover(self) -> None:
         """Bring the node in line with the checkpoint after a start (or a crash).
 
-        Prepared claims get back a CDI spec `/var/run/cdi` lost (tmpfs); an unprepare that
-        began is finished; a started prepare whose claim is gone or was replaced is undone;
-        CDI specs and mode records of claims the checkpoint does not hold are removed.
+        Prepared claims get back a CDI spec `/var/run/cdi` lost (tmpfs) and their sockets;
+        an unprepare that began is finished; a started prepare whose claim is gone or was
+        replaced is undone; CDI specs, sockets and mode records of claims the checkpoint does
+        not hold are removed.
         """
         with self._lock:
             for entry in self._load().claims.values():
@@ -356,13 +371,46 @@ class Driver:
                     log.error("cannot recover claim %s yet: %s", entry.uid, err)
             held = set(self._load().claims)
             stray = (set(cdi.list_specs(cdi_dir=self._settings.cdi_dir))
-                     | set(modes.list_records(self._settings.mode_records_dir))) - held
+                     | set(modes.list_records(self._settings.mode_records_dir))
+                     | self._socket_holders()) - held
             for uid in sorted(stray):
                 log.info("removing what claim %s left behind: it is not in the checkpoint", uid)
                 try:
                     self._clean_orphan(uid)
                 except _FAILURES as err:
                     log.error("cannot remove what claim %s left behind yet: %s", uid, err)
+            self._restore_sockets()
+
+    def restore_sockets(self) -> int:
+        """Recreate every prepared claim's sockets (after a compositor restart); how many
+        claims have theirs now. Safe from any thread."""
+        with self._lock:
+            return self._restore_sockets()
+
+    def _restore_sockets(self) -> int:
+        prepared = [
+            (e.uid, tuple(ClaimedOutput(device=d.device, output=d.output) for d in e.devices))
+            for e in self._load().claims.values()
+            if e.state == "prepared"
+        ]
+        try:
+            restored = self._delivery.restore(prepared)
+        except delivery.DeliveryError as err:
+            # The watchdog's next "available" or the next start tries again.
+            log.error("cannot restore the sockets of %d prepared claim(s): %s", len(prepared),
+                      err)
+            return 0
+        if restored:
+            log.info("restored the sockets of %d of %d prepared claim(s)", restored,
+                     len(prepared))
+        return restored
+
+    def _socket_holders(self) -> set[str]:
+        try:
+            return set(self._delivery.held())
+        except delivery.DeliveryError as err:
+            log.error("cannot list the claims' sockets: %s", err)
+            return set()
 
     def _recover_entry(self, entry: ClaimEntry) -> None:
         if entry.state == "prepared":
@@ -388,7 +436,7 @@ class Driver:
         if path.exists():
             return
         outputs = tuple(ClaimedOutput(device=d.device, output=d.output) for d in entry.devices)
-        cdi.write_spec(entry.uid, outputs, self._delivery, cdi_dir=self._settings.cdi_dir)
+        self._delivery.write_spec(entry.uid, outputs)
         log.info("rewrote the missing CDI spec of prepared claim %s", entry.uid)
 
     # --- helpers -----------------------------------------------------------------------------

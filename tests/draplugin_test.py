@@ -9,11 +9,15 @@ is restarted for the mode change. Crash points kill the plugin with SIGKILL at e
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import socket as socket_module
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,12 +36,16 @@ from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
 from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.layout import LayoutCapture, LayoutControl
 from libdisplay.modes import Mode
+from libdisplay.outputs import LayoutSockets
 from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
 from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.support.crds import display_crd
 from tests.support.kubelet import Claim, Kubelet, get_info
+from tests.support.layout import SolidClient
 from tests.support.processes import Process, running, unix_socket_accepts
+from tests.support.weston import xvfb
 
 NODE = "kiosk-1"
 DRIVER = "display.liken.sh"
@@ -181,8 +189,15 @@ def make_claim(
 @contextlib.contextmanager
 def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = None,
            restart_timeout: float = 30.0, alias: str | None = None,
-           metrics_port: int | None = None) -> Iterator[Process]:
-    """The operator; with `metrics_port` the node publisher runs too, else the kubelet side only."""
+           metrics_port: int | None = None, layout_shell: Path | None = None,
+           aliases: Sequence[str] = (),
+           container_dir: Path | None = None) -> Iterator[Process]:
+    """The operator; with `metrics_port` the node publisher runs too, else the kubelet side only.
+
+    With `layout_shell` it runs as in production: that layout module is weston's shell and
+    each claim gets its own sockets from it (`--delivery=layout`); without, a stock shell and
+    the compositor's public socket for every claim (`--delivery=shared`).
+    """
     publisher = (
         [f"--metrics-addr=127.0.0.1:{metrics_port}"] if metrics_port else ["--no-publish"]
     )
@@ -198,14 +213,18 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
         f"--restarts-dir={node.etc / 'restarts'}",
         f"--pid-file={node.etc / 'weston.pid'}",
         f"--runtime-dir={node.runtime_dir}",
-        f"--container-runtime-dir={node.runtime_dir}",
+        f"--container-runtime-dir={container_dir or node.runtime_dir}",
         f"--sysfs-root={sysfs_root(node.root)}",
         f"--dev-root={dev_root(node.root)}",
         f"--api-server={fake.url}",
         f"--restart-timeout={restart_timeout}",
-        # A stock shell: these tests are about modes, not the layout module.
-        f"--shell={SHELL}",
-        *([f"--output-alias={alias}"] if alias else []),
+        *(
+            [f"--shell={layout_shell}", "--delivery=layout"]
+            if layout_shell
+            # A stock shell: those tests are about modes, not the layout module.
+            else [f"--shell={SHELL}", "--delivery=shared"]
+        ),
+        *(f"--output-alias={a}" for a in ([alias] if alias else aliases)),
         *publisher,
     ]
     extra = {"DRAPLUGIN_FAULT_POINT": fault} if fault else {}
@@ -451,9 +470,17 @@ def test_start_undoes_started_prepare_of_deleted_claim(
 
 
 @contextlib.contextmanager
-def weston(node: Node, pex_root: Path) -> Iterator[Path]:
+def weston(node: Node, pex_root: Path, *, x11_display: str | None = None,
+           outputs: int = 2) -> Iterator[Path]:
+    """westonctl running weston: headless (one output), or x11 on `x11_display` (`outputs`)."""
     socket = node.runtime_dir / "wayland-0"
     node.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    backend = (
+        ["--backend=headless-backend.so", "--", "--use-pixman"]
+        if x11_display is None
+        else ["--backend=x11-backend.so", "--", f"--output-count={outputs}", "--use-pixman"]
+    )
+    extra = {} if x11_display is None else {"DISPLAY": x11_display}
     argv = [
         *_command("westonctl"),
         "weston",
@@ -461,14 +488,12 @@ def weston(node: Node, pex_root: Path) -> Iterator[Path]:
         f"--runtime-dir={node.runtime_dir}",
         f"--restarts-dir={node.etc / 'restarts'}",
         f"--pid-file={node.etc / 'weston.pid'}",
-        "--backend=headless-backend.so",
-        "--",
-        "--use-pixman",
+        *backend,
     ]
     with running(
         argv,
         log_path=node.root / "westonctl.log",
-        env=_env(pex_root),
+        env=_env(pex_root, **extra),
         ready=lambda _: probe(socket, timeout=1.0).state is Liveness.ANSWERING,
         ready_timeout=START_TIMEOUT_S,
         what="weston answering",
@@ -612,3 +637,285 @@ def test_cycles_do_not_grow_files_threads_or_memory(
     # its cap: a bound, not growth.
     assert after[1] <= idle_threads + WORKERS
     assert after[2] - before[2] < 8 * 1024
+
+
+# --- per-claim sockets from the layout module ------------------------------------------------
+
+X1_SIZE = (1920, 1080)  # HDMI-A-1's preferred mode, as X1
+X2_SIZE = (1280, 1024)  # DP-1's, as X2
+RED = (255, 0, 0)
+GREEN = (0, 255, 0)
+BLACK = (0, 0, 0)
+LAYOUT_WAIT_S = 30.0
+CONTAINER_DIR = Path("/var/run/display.liken.sh")
+LAYOUT_ALIASES = ("HDMI-A-1=X1", "DP-1=X2")
+
+
+@pytest.fixture(scope="module")
+def layout_shell(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layout module, built from source as the weston image builds it."""
+    out = tmp_path_factory.mktemp("layout") / "layout.so"
+    build = Path(__file__).resolve().parents[1] / "westonctl" / "layout" / "build.sh"
+    subprocess.run(["sh", str(build), str(out)], check=True, timeout=300)
+    return out
+
+
+@pytest.fixture
+def layout_node(layout_shell: Path) -> Iterator[Node]:
+    """A node whose weston.ini makes the layout module the shell, X1 and X2 its outputs.
+
+    Its root is a short temp dir: claims' socket paths must fit sun_path (107 bytes).
+    """
+    with tempfile.TemporaryDirectory(prefix="dl-") as tmp:
+        node = make_node(Path(tmp))
+        node.etc.mkdir(parents=True)
+        outputs = "".join(
+            f"\n[output]\nname={name}\nmode={w}x{h}@60\n"
+            for name, (w, h) in (("X1", X1_SIZE), ("X2", X2_SIZE))
+        )
+        layout = LayoutSockets.beside(node.etc / "weston.ini").section()
+        (node.etc / "weston.ini").write_text(f"[core]\nshell={layout_shell}\n\n{layout}{outputs}")
+        yield node
+
+
+@contextlib.contextmanager
+def layout_compositor(node: Node, pex_root: Path) -> Iterator[None]:
+    with xvfb(screen=(4096, 2160), log_dir=node.root) as x, weston(
+        node, pex_root, x11_display=x.display
+    ):
+        yield
+
+
+def _layout_plugin(node: Node, fake: FakeKube, pex_root: Path,
+                   layout_shell: Path) -> contextlib.AbstractContextManager[Process]:
+    return plugin(node, fake, pex_root, layout_shell=layout_shell, aliases=LAYOUT_ALIASES,
+                  container_dir=CONTAINER_DIR)
+
+
+def _host_socket(node: Node, uid: str) -> Path:
+    """The claim's socket on the node, from its CDI spec: WAYLAND_DISPLAY mapped back through
+    the spec's one mount, as the consumer's container sees it."""
+    spec = json.loads(cdi.spec_path(uid, cdi_dir=node.cdi_dir).read_text())
+    (device,) = spec["devices"]
+    edits = device["containerEdits"]
+    (mount,) = edits["mounts"]
+    env = dict(e.split("=", 1) for e in edits["env"])
+    assert env["XDG_RUNTIME_DIR"] == mount["containerPath"]
+    inside = Path(env["WAYLAND_DISPLAY"])
+    return Path(mount["hostPath"]) / inside.relative_to(mount["containerPath"])
+
+
+def _wait_colour(node: Node, output: str, colour: tuple[int, int, int]) -> None:
+    """Capture `output` until its corners and centre are `colour`."""
+    deadline = time.monotonic() + LAYOUT_WAIT_S
+    with LayoutCapture(LayoutSockets.beside(node.etc / "weston.ini").capture,
+                       timeout=LAYOUT_WAIT_S) as capture:
+        while True:
+            frame = capture.frame(output)
+            w, h = frame.header.width, frame.header.height
+            points = ((0, 0), (w - 1, h - 1), (w // 2, h // 2))
+            seen = [frame.rgb(x, y) for x, y in points]
+            if all(c == colour for c in seen):
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"{output}: wanted {colour} everywhere, last saw {seen}")
+
+
+def _shown_on_own_outputs(node: Node, sockets: Mapping[str, Path]) -> None:
+    """A red client through the first socket fills X1, a green one through the second X2."""
+    (red_socket, green_socket) = sockets.values()
+    with (
+        SolidClient(red_socket, colour=RED) as red,
+        SolidClient(green_socket, colour=GREEN) as green,
+    ):
+        _wait_colour(node, "X1", RED)
+        _wait_colour(node, "X2", GREEN)
+        assert red.configured[-1] == X1_SIZE and green.configured[-1] == X2_SIZE
+
+
+def test_layout_claims_get_their_own_sockets_on_their_own_outputs(
+    layout_node: Node, fake: FakeKube, pex_root: Path, layout_shell: Path
+) -> None:
+    node = layout_node
+    on_x1 = make_claim(fake, "left", devices=(HDMI,))
+    on_x2 = make_claim(fake, "right", devices=(DP,))
+    with (
+        layout_compositor(node, pex_root),
+        _layout_plugin(node, fake, pex_root, layout_shell),
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        answers = k.prepare([on_x1, on_x2])
+        assert {uid: a.error for uid, a in answers.items()} == {on_x1.uid: "", on_x2.uid: ""}
+        sockets = {c.uid: _host_socket(node, c.uid) for c in (on_x1, on_x2)}
+        claims_dir = node.runtime_dir / "claims"
+        for uid, path in sockets.items():
+            assert path == claims_dir / uid / "wayland-0"
+            # What the consumer's mount holds: its own socket, nothing else.
+            assert [p.name for p in path.parent.iterdir()] == ["wayland-0"]
+            assert path.is_socket()
+        assert sorted(p.name for p in claims_dir.iterdir()) == sorted(sockets)
+        _shown_on_own_outputs(node, sockets)
+
+        assert k.unprepare([on_x1]) == {on_x1.uid: ""}
+        assert not (claims_dir / on_x1.uid).exists()
+        assert sockets[on_x2.uid].is_socket()
+        with SolidClient(sockets[on_x2.uid], colour=GREEN):
+            _wait_colour(node, "X2", GREEN)
+            _wait_colour(node, "X1", BLACK)
+        assert k.unprepare([on_x2]) == {on_x2.uid: ""}
+        assert list(claims_dir.iterdir()) == []
+        assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
+
+
+def test_layout_sockets_come_back_after_compositor_and_plugin_restart(
+    layout_node: Node, fake: FakeKube, pex_root: Path, layout_shell: Path
+) -> None:
+    node = layout_node
+    claims = (make_claim(fake, "left", devices=(HDMI,)), make_claim(fake, "right", devices=(DP,)))
+    with layout_compositor(node, pex_root):
+        with (
+            _layout_plugin(node, fake, pex_root, layout_shell),
+            Kubelet(node.registration_socket, driver=DRIVER) as k,
+        ):
+            assert all(a.error == "" for a in k.prepare(list(claims)).values())
+        sockets = {c.uid: _host_socket(node, c.uid) for c in claims}
+        # The compositor crashes while the plugin is down: its module forgets every claim.
+        os.kill(int((node.etc / "weston.pid").read_text()), signal.SIGKILL)
+    with layout_compositor(node, pex_root), _layout_plugin(node, fake, pex_root, layout_shell):
+        with LayoutControl(LayoutSockets.beside(node.etc / "weston.ini").control) as control:
+            listed = {(c.claim_uid, c.path) for c in control.list_claim_sockets()}
+        assert listed == {(f"{c.uid}.{d}", sockets[c.uid])
+                          for c, d in zip(claims, (HDMI, DP), strict=True)}
+        _shown_on_own_outputs(node, sockets)
+
+
+def test_layout_mode_change_restart_restores_other_claims_sockets(
+    layout_node: Node, fake: FakeKube, pex_root: Path, layout_shell: Path
+) -> None:
+    node = layout_node
+    plain = make_claim(fake, "plain", devices=(DP,))
+    moded = make_claim(fake, "moded", params=config(mode="1280x720@60"))
+    with (
+        layout_compositor(node, pex_root),
+        _layout_plugin(node, fake, pex_root, layout_shell),
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        assert k.prepare([plain])[plain.uid].error == ""
+        before = (node.etc / "weston.pid").read_text()
+        assert k.prepare([moded])[moded.uid].error == ""
+        assert (node.etc / "weston.pid").read_text() != before
+        with (
+            SolidClient(_host_socket(node, moded.uid), colour=RED) as red,
+            SolidClient(_host_socket(node, plain.uid), colour=GREEN),
+        ):
+            _wait_colour(node, "X1", RED)
+            _wait_colour(node, "X2", GREEN)
+            assert red.configured[-1] == (1280, 720)
+        assert k.unprepare([moded, plain]) == {moded.uid: "", plain.uid: ""}
+        assert list((node.runtime_dir / "claims").iterdir()) == []
+
+
+def test_layout_module_unreachable_fails_the_claim_and_writes_nothing(
+    layout_node: Node, fake: FakeKube, pex_root: Path, layout_shell: Path
+) -> None:
+    node = layout_node
+    claim = make_claim(fake, "kiosk")
+    with (
+        _layout_plugin(node, fake, pex_root, layout_shell),
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        error = k.prepare([claim])[claim.uid].error
+        control = LayoutSockets.beside(node.etc / "weston.ini").control
+        assert f"cannot connect to {control}: ENOENT" in error
+        assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
+        assert node.checkpoint()[claim.uid]["state"] == "started"
+        assert k.unprepare([claim]) == {claim.uid: ""}
+        assert node.checkpoint() == {}
+        assert not (node.runtime_dir / "claims" / claim.uid).exists()
+
+
+@contextlib.contextmanager
+def headless_layout_node(layout_shell: Path) -> Iterator[Node]:
+    """A node for headless weston (one output, `headless`) with the layout module as shell."""
+    with tempfile.TemporaryDirectory(prefix="dh-") as tmp:
+        node = make_node(Path(tmp))
+        node.etc.mkdir(parents=True)
+        layout = LayoutSockets.beside(node.etc / "weston.ini").section()
+        (node.etc / "weston.ini").write_text(
+            f"[core]\nshell={layout_shell}\n\n{layout}\n[output]\nname=headless\nmode=320x240\n"
+        )
+        yield node
+
+
+SOCKET_FAULTS = ("prepare-socket-created", "prepare-cdi-written", "unprepare-socket-removed")
+
+
+@pytest.mark.parametrize("point", SOCKET_FAULTS, ids=SOCKET_FAULTS)
+def test_layout_crash_around_the_socket_step(
+    fake: FakeKube, pex_root: Path, layout_shell: Path, point: str
+) -> None:
+    """A plugin killed next to the socket step, restarted: the claim ends prepared with its
+    socket (prepare) or gone with its socket and directory (unprepare)."""
+    claim = make_claim(fake, "kiosk")
+    with headless_layout_node(layout_shell) as node, weston(node, pex_root):
+        control = LayoutSockets.beside(node.etc / "weston.ini").control
+
+        def listed() -> set[str]:
+            with LayoutControl(control) as connection:
+                return {c.claim_uid for c in connection.list_claim_sockets()}
+
+        run = functools.partial(plugin, node, fake, pex_root, layout_shell=layout_shell,
+                                alias="HDMI-A-1=headless")
+        if point.startswith("unprepare"):
+            with run(), Kubelet(node.registration_socket, driver=DRIVER) as k:
+                assert k.prepare([claim])[claim.uid].error == ""
+        with run(fault=point) as process, Kubelet(node.registration_socket,
+                                                  driver=DRIVER) as k:
+            call = k.prepare if point.startswith("prepare") else k.unprepare
+            _dies(process, lambda: call([claim]))
+        with run(), Kubelet(node.registration_socket, driver=DRIVER) as k:
+            _check_invariants(node)
+            if point.startswith("prepare"):
+                assert k.prepare([claim])[claim.uid].error == ""
+                assert listed() == {f"{claim.uid}.{HDMI}"}
+                with SolidClient(_host_socket(node, claim.uid), colour=GREEN):
+                    _wait_colour(node, "headless", GREEN)
+            else:
+                assert node.checkpoint() == {}
+            assert k.unprepare([claim]) == {claim.uid: ""}
+            assert listed() == set()
+            assert list((node.runtime_dir / "claims").iterdir()) == []
+
+
+def test_layout_watchdog_restores_sockets_when_the_compositor_comes_back(
+    fake: FakeKube, pex_root: Path, layout_shell: Path
+) -> None:
+    """With the publisher, a compositor that crashes and comes back gets the claims' sockets
+    again without a plugin restart: the watchdog's listener restores them."""
+    fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    claim = make_claim(fake, "kiosk")
+    with (
+        headless_layout_node(layout_shell) as node,
+        plugin(node, fake, pex_root, layout_shell=layout_shell, alias="HDMI-A-1=headless",
+               metrics_port=_free_port()) as operator,
+    ):
+        with weston(node, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
+            operator.wait_until(lambda: k.prepare([claim])[claim.uid].error == "",
+                                timeout=30.0, what="prepare ok")
+            socket = _host_socket(node, claim.uid)
+            outages = operator.log_text().count("compositor unavailable")
+            # The watchdog's first "available" may have restored the claim already.
+            restores = operator.log_text().count("restored the sockets of 1 of 1")
+            os.kill(int((node.etc / "weston.pid").read_text()), signal.SIGKILL)
+            # Only an outage the watchdog sees makes it call its listeners.
+            operator.wait_until(
+                lambda: operator.log_text().count("compositor unavailable") > outages,
+                timeout=30.0, what="the watchdog saw the crash",
+            )
+        with weston(node, pex_root):
+            operator.wait_until(
+                lambda: operator.log_text().count("restored the sockets of 1 of 1") > restores,
+                timeout=30.0, what="sockets restored",
+            )
+            with SolidClient(socket, colour=GREEN):
+                _wait_colour(node, "headless", GREEN)
