@@ -1,0 +1,1 @@
+"""The simulated node: the whole pod on a plain machine (simulated card, real weston, fake API)."""

@@ -1,0 +1,48 @@
+"""card: the simulated monitors, their lookup by any of their names, and plugging them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libdisplay import drm
+from libdisplay.edid import decode_edid
+from simnode import card
+
+
+@pytest.mark.parametrize("count", [1, 4], ids=["too-few", "too-many"])
+def test_monitor_count_out_of_range_is_refused(count: int) -> None:
+    with pytest.raises(card.CardError, match=f"--monitors must be 2-3, got {count}"):
+        card.monitors(count)
+
+
+@pytest.mark.parametrize(
+    "name", ["card0-dp-1", "DP-1", "X2", "CARD0-DP-1"], ids=["device", "connector", "output",
+                                                             "upper"]
+)
+def test_find_takes_device_connector_or_output(name: str) -> None:
+    assert card.find(card.monitors(3), name).device == "card0-dp-1"
+
+
+def test_find_names_the_devices_it_has() -> None:
+    with pytest.raises(card.CardError, match="no device 'card0-dp-2' on this node"):
+        card.find(card.monitors(2), "card0-dp-2")
+
+
+def test_every_monitor_prefers_its_own_mode() -> None:
+    chosen = card.monitors(3)
+    preferred = {decode_edid(m.edid()).preferred_mode for m in chosen}
+    assert len(preferred) == len(chosen)
+
+
+def test_plug_out_and_in_changes_what_sysfs_says(tmp_path: Path) -> None:
+    chosen = card.monitors(2)
+    card.write_card(tmp_path, chosen)
+    card.plug(tmp_path, chosen[1], connected=False)
+    status = tmp_path / "sys" / "class" / "drm" / "card0-DP-1" / "status"
+    assert status.read_text() == "disconnected\n"
+    card.plug(tmp_path, chosen[1], connected=True)
+    assert status.read_text() == "connected\n"
+    found = drm.read_card("card0", sysfs_root=tmp_path / "sys")
+    assert {c.name for c in found.connectors if c.connected} == {"card0-HDMI-A-1", "card0-DP-1"}

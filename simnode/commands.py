@@ -1,0 +1,171 @@
+"""The subcommands that act on a running node: status, claim, release, hotplug, hang, shoot.
+
+Each reads the state file `up` wrote and talks to the node as the cluster and the kubelet
+would: the fake apiserver over HTTP, the plugin over its unix sockets, weston by its pid file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final, TextIO, cast
+
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from fakekube.client import sync_client
+from fakekube.testing import resource_claim
+from libdisplay.cdi import DRIVER
+from libdisplay.wayland import WaylandError, list_outputs, probe
+from simnode import card, clients, report
+from simnode.state import Layout, State, load
+from simnode.up import child_env, pex
+from tests.support.kubelet import Claim, Kubelet
+
+METRICS: Final = ("display_slice_publishes_total", "display_compositor", "display_watchdog",
+                  "display_prepare")
+# Histogram buckets and creation times: too much for a status screen.
+_METRIC_DETAIL: Final = ("display_prepare_duration_seconds_bucket",)
+CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
+
+
+class CommandError(Exception):
+    """A subcommand that could not do what was asked; the message says why."""
+
+
+def _objects(state: State) -> report.ApiReader:
+    return report.ApiReader(state.api_url)
+
+
+def status(layout: Layout, out: TextIO) -> None:
+    state = load(layout)
+    objects = _objects(state)
+    report.print_sections(out, [
+        ("devices", report.device_lines(report.slice_devices(objects))),
+        ("displays", report.display_lines(objects)),
+        ("claims", report.claim_lines(objects) + _client_lines(layout)),
+        ("compositor", _compositor_lines(layout)),
+        ("metrics", _metric_lines(state.metrics_url)),
+        ("where everything lives", report.paths_lines(layout, state)),
+    ])
+
+
+def _client_lines(layout: Layout) -> list[str]:
+    return [
+        f"  demo client of {r.name} on {r.device}: pid {r.client_pid}"
+        f" ({'running' if clients.client_running(r) else 'exited'})"
+        for r in clients.records(layout)
+    ]
+
+
+def _compositor_lines(layout: Layout) -> list[str]:
+    result = probe(layout.wayland_socket, timeout=2.0)
+    pid = layout.weston_pid.read_text().strip() if layout.weston_pid.exists() else "?"
+    lines = [f"  weston pid {pid}: {result.state} ({result.detail})"]
+    try:
+        outputs = list_outputs(layout.wayland_socket, timeout=5.0)
+    except WaylandError as exc:
+        return [*lines, f"  outputs: unavailable ({exc})"]
+    return lines + [f"  {o.name}: {o.mode} at {o.position}" for o in outputs]
+
+
+def _metric_lines(url: str) -> list[str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10.0) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return [f"  unavailable ({exc})"]
+    lines = [f"  {line}" for line in text.splitlines()
+             if line.startswith(METRICS) and not line.startswith(_METRIC_DETAIL)]
+    return lines or ["  (none of the usual metrics yet)"]
+
+
+def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out: TextIO) -> str:
+    """Create and allocate a claim on `device`, prepare it, start the demo client; its uid."""
+    state = load(layout)
+    monitor = card.find(card.monitors(state.monitors), device)
+    name = f"sim-{monitor.device}-{uuid.uuid4().hex[:6]}"
+    client = sync_client(state.api_url)
+    created = client.create(cast(ResourceClaim, ResourceClaim.from_dict(resource_claim(name))))
+    if created.metadata is None or created.metadata.uid is None:
+        raise CommandError(f"the API server returned ResourceClaim {name} without a uid")
+    uid = created.metadata.uid
+    configs = [{"source": "FromClaim", "requests": ["screen"],
+                "opaque": {"driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
+    results = [{"request": "screen", "driver": DRIVER, "pool": state.node_name,
+                "device": monitor.device}]
+    status = {"allocation": {"devices": {"results": results, "config": configs}}}
+    client.patch(ResourceClaim.Status, name, {"status": status}, namespace="default")
+    with Kubelet(layout.registration_socket, driver=DRIVER) as kubelet:
+        answer = kubelet.prepare([Claim(uid=uid, name=name)])[uid]
+    if answer.error:
+        client.delete(ResourceClaim, name, namespace="default")
+        raise CommandError(f"the plugin refused claim {name}: {answer.error}")
+    pid = clients.start_client(layout, uid)
+    clients.save(layout, clients.Record(uid=uid, name=name, device=monitor.device,
+                                        client_pid=pid))
+    print(f"claim {name} uid {uid}: {monitor.device} ({monitor.output}), demo client pid {pid}",
+          file=out)
+    print(uid, file=out, flush=True)
+    return uid
+
+
+def release(layout: Layout, name: str, *, out: TextIO) -> None:
+    """Stop the claim's demo client, unprepare it, delete the ResourceClaim."""
+    state = load(layout)
+    record = clients.find(layout, name)
+    clients.stop_client(record)
+    with Kubelet(layout.registration_socket, driver=DRIVER) as kubelet:
+        error = kubelet.unprepare([Claim(uid=record.uid, name=record.name)])[record.uid]
+    if error:
+        raise CommandError(f"the plugin could not unprepare {record.name}: {error}")
+    try:
+        sync_client(state.api_url).delete(ResourceClaim, record.name, namespace="default")
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise CommandError(f"deleting ResourceClaim {record.name}: {exc}") from exc
+    clients.forget(layout, record)
+    print(f"released {record.name} ({record.device})", file=out, flush=True)
+
+
+def hotplug(layout: Layout, device: str, *, connected: bool, out: TextIO) -> None:
+    state = load(layout)
+    monitor = card.find(card.monitors(state.monitors), device)
+    card.plug(layout.root, monitor, connected=connected)
+    what = "plugged into" if connected else "pulled out of"
+    print(f"monitor {monitor.name!r} {what} {monitor.sysfs_name}; the operator resyncs sysfs"
+          " periodically, so the slice and Display follow within its resync period",
+          file=out, flush=True)
+
+
+def hang(layout: Layout, *, out: TextIO) -> int:
+    """SIGSTOP weston: the watchdog should taint the devices and SIGKILL it."""
+    load(layout)
+    try:
+        pid = int(layout.weston_pid.read_text())
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"no weston pid in {layout.weston_pid}: {exc}") from exc
+    os.kill(pid, signal.SIGSTOP)
+    print(f"weston (pid {pid}) stopped with SIGSTOP: watch `simnode status` for the taint,"
+          " the watchdog's SIGKILL and the restart", file=out, flush=True)
+    return pid
+
+
+def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -> None:
+    """One PNG of `output` (X1, or a device name) through capture's `shoot`."""
+    state = load(layout)
+    with_name = output
+    if not output.upper().startswith("X"):
+        with_name = card.find(card.monitors(state.monitors), output).output
+    argv = [str(pex(dist, "capture")), "shoot", f"--socket={layout.capture_socket}",
+            with_name, str(path)]
+    done = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    if done.returncode != 0:
+        raise CommandError(f"capture shoot failed (rc {done.returncode}): {done.stderr.strip()}")
+    print(f"wrote {path} ({with_name})", file=out, flush=True)

@@ -1,0 +1,142 @@
+"""The `simnode` command: a simulated node (`up`) and the subcommands that act on it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from simnode import commands, up
+from simnode.card import CardError
+from simnode.clients import ClientError
+from simnode.report import ReportError
+from simnode.state import Layout, StateError
+
+F = TypeVar("F", bound=Callable[..., object])
+USER_ERRORS = (up.UpError, StateError, CardError, ClientError, ReportError,
+               commands.CommandError)
+
+
+def _default_state_dir() -> Path:
+    # Short, so the plugin's sockets stay within AF_UNIX's 108 bytes.
+    return Path("/tmp") / f"simnode-{os.getuid()}"
+
+
+def state_dir_option(func: F) -> F:
+    option = click.option(
+        "--state-dir", type=click.Path(file_okay=False, path_type=Path),
+        default=_default_state_dir, show_default="/tmp/simnode-<uid>",
+        help="Where the node's files, sockets, logs and state file live.",
+    )
+    return option(func)
+
+
+def _layout(state_dir: Path) -> Layout:
+    return Layout(state_dir.absolute())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def cli(verbose: bool) -> None:
+    """A simulated display node: simulated card, real weston, the operator, a fake cluster."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per API request is noise for a user; -v shows them.
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+@cli.command("up")
+@state_dir_option
+@click.option("--monitors", type=click.IntRange(2, 3), default=3, show_default=True,
+              help="How many monitors the simulated card has.")
+@click.option("--dist", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the built PEXes are (<dist>/<name>/<name>.pex); default: the dist"
+                   " dir this PEX is in, else ./dist.")
+@click.option("--clean", is_flag=True,
+              help="Remove what a killed run left in the state dir (and stop its processes).")
+def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool) -> None:
+    """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started."""
+    options = up.Options(layout=_layout(state_dir), dist=dist or up.default_dist(),
+                         monitors=monitors, clean=clean)
+    up.run(options, sys.stdout)
+
+
+@cli.command("status")
+@state_dir_option
+def status_command(state_dir: Path) -> None:
+    """Devices, Displays, claims, compositor state and a few metrics."""
+    commands.status(_layout(state_dir), sys.stdout)
+
+
+@cli.command("claim")
+@state_dir_option
+@click.argument("device")
+@click.option("--mode", help="The output's mode for the claim (1280x720@60).")
+@click.option("--brightness", type=int, help="DDC/CI brightness 0-100.")
+@click.option("--transform", help="The output's transform (normal, rotate-90, ...).")
+@click.option("--scale", type=int, help="The output's scale.")
+def claim_command(state_dir: Path, device: str, mode: str | None, brightness: int | None,
+                  transform: str | None, scale: int | None) -> None:
+    """Claim DEVICE with DisplayConfig parameters, prepare it, start a demo client; print uid."""
+    given = {"mode": mode, "brightness": brightness, "transform": transform, "scale": scale}
+    parameters = {k: v for k, v in given.items() if v is not None}
+    commands.claim(_layout(state_dir), device, parameters=parameters, out=sys.stdout)
+
+
+@cli.command("release")
+@state_dir_option
+@click.argument("claim")
+def release_command(state_dir: Path, claim: str) -> None:
+    """Stop CLAIM's demo client, unprepare it and delete it (by name or uid)."""
+    commands.release(_layout(state_dir), claim, out=sys.stdout)
+
+
+@cli.command("hotplug")
+@state_dir_option
+@click.argument("device")
+@click.option("--on/--off", "connected", required=True, help="Plug the monitor in or pull it.")
+def hotplug_command(state_dir: Path, device: str, connected: bool) -> None:
+    """Plug DEVICE's monitor in or pull it out of the simulated card."""
+    commands.hotplug(_layout(state_dir), device, connected=connected, out=sys.stdout)
+
+
+@cli.command("hang")
+@state_dir_option
+def hang_command(state_dir: Path) -> None:
+    """SIGSTOP the compositor, to watch the watchdog kill it and the taint come and go."""
+    commands.hang(_layout(state_dir), out=sys.stdout)
+
+
+@cli.command("shoot")
+@state_dir_option
+@click.argument("output")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dist", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the built PEXes are; default as for `up`.")
+def shoot_command(state_dir: Path, output: str, file: Path, dist: Path | None) -> None:
+    """Write a PNG of OUTPUT (X1, or a device) to FILE from the layout module's capture."""
+    commands.shoot(_layout(state_dir), output, file, dist=dist or up.default_dist(),
+                   out=sys.stdout)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except USER_ERRORS as exc:
+        print(f"simnode: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""End to end: `simnode up` as a process, driven by its own subcommands, the way a user would.
+
+One node for the module (starting it builds the layout module and starts Xvfb, weston and the
+operator). The tests run in file order: status, a claim with a mode on the real compositor
+and its release, a monitor pulled and plugged back, a hung compositor, and last SIGTERM, after
+which no process of the node may be left. The node's fake apiserver runs inside `up`; the tests
+read it over HTTP at the URL in the state file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from libdisplay.wayland import list_outputs
+from simnode.report import READY_LINE, ApiReader, JsonObject, slice_devices
+from simnode.state import Layout, alive
+from tests.support.processes import Process, start
+
+START_TIMEOUT_S = 240.0
+# The operator re-reads sysfs every 30 s (no uevents reach a simulated card); then it publishes.
+HOTPLUG_TIMEOUT_S = 120.0
+HANG_TIMEOUT_S = 90.0
+COMMAND_TIMEOUT_S = 120.0
+_REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Sim:
+    process: Process
+    layout: Layout
+    env: dict[str, str]
+    command: tuple[str, ...]
+
+    def run(self, *args: str) -> str:
+        """Run a subcommand against this node; its stdout, or a failure with its stderr."""
+        done = subprocess.run(
+            [*self.command, *args, f"--state-dir={self.layout.root}"], env=self.env,
+            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
+        )
+        assert done.returncode == 0, f"simnode {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def state(self) -> JsonObject:
+        data: JsonObject = json.loads(self.layout.state_file.read_text())
+        return data
+
+    def devices(self) -> dict[str, JsonObject]:
+        return slice_devices(ApiReader(self.state()["api_url"]))
+
+    def modes(self) -> dict[str, str]:
+        return {o.name: str(o.mode) for o in list_outputs(self.layout.wayland_socket)}
+
+    def wait(self, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+        self.process.wait_until(ready, timeout=timeout, what=what)
+
+
+def _dist() -> Path:
+    """Under Pants the PEXes sit in the sandbox as <name>/<name>.pex; else the repo's dist/."""
+    return Path(".") if Path("declare/declare.pex").is_file() else _REPO / "dist"
+
+
+def _command() -> tuple[str, ...]:
+    pex = _dist() / "simnode" / "simnode.pex"
+    if pex.is_file():
+        return (str(pex.resolve()),)
+    return (sys.executable, "-m", "simnode.main")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    work = tmp_path_factory.mktemp("simnode")
+    env = {**os.environ, "PEX_ROOT": str(work / "pex-root"),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    layout = Layout(work / "node")
+    command = _command()
+    argv = [*command, "up", f"--state-dir={layout.root}", "--monitors=3",
+            f"--dist={_dist().resolve()}"]
+    process = start(argv, log_path=work / "up.log", env=env)
+    try:
+        process.wait_until(lambda: process.log_contains(READY_LINE), timeout=START_TIMEOUT_S,
+                           what=f"{READY_LINE!r} printed")
+        yield Sim(process=process, layout=layout, env=env, command=command)
+    finally:
+        process.stop(grace=30.0)
+
+
+DEVICES = ("card0-dp-1", "card0-dp-2", "card0-hdmi-a-1")
+
+
+def test_up_prints_the_devices_and_status_lists_them(sim: Sim) -> None:
+    log = sim.process.log_text()
+    for device in DEVICES:
+        assert f"  {device}: connector=" in log
+    status = sim.run("status")
+    for device in DEVICES:
+        assert f"  {device}: connector=" in status
+        assert f"sim-node-1.{device}: connected=True" in status
+    assert sim.modes() == {"X1": "1920x1080@60", "X2": "1280x1024@60", "X3": "1600x900@60"}
+    assert "display_slice_publishes_total" in status
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_claim_with_a_mode_changes_the_output_and_release_restores_it(
+    sim: Sim, tmp_path: Path
+) -> None:
+    uid = sim.run("claim", "card0-dp-1", "--mode=1024x768@60").split()[-1]
+    assert sim.modes()["X2"] == "1024x768@60"
+    assert uid in sim.run("status")
+    (record,) = (json.loads(p.read_text()) for p in sim.layout.clients.glob("*.json"))
+    assert record["uid"] == uid and alive(record["client_pid"])
+    shot = tmp_path / "x2.png"
+    sim.run("shoot", "X2", str(shot))
+    assert _png_size(shot) == (1024, 768)
+
+    sim.run("release", uid)
+    assert sim.modes()["X2"] == "1280x1024@60"
+    sim.wait(lambda: not alive(record["client_pid"]), timeout=30.0, what="demo client gone")
+    assert list(sim.layout.clients.glob("*.json")) == []
+
+
+def test_hotplug_off_drops_the_device_and_on_brings_it_back(sim: Sim) -> None:
+    sim.run("hotplug", "card0-dp-2", "--off")
+    sim.wait(lambda: set(sim.devices()) == {"card0-dp-1", "card0-hdmi-a-1"},
+             timeout=HOTPLUG_TIMEOUT_S, what="slice drops card0-dp-2")
+    assert "sim-node-1.card0-dp-2: connected=False" in sim.run("status")
+    sim.run("hotplug", "card0-dp-2", "--on")
+    sim.wait(lambda: set(sim.devices()) == set(DEVICES), timeout=HOTPLUG_TIMEOUT_S,
+             what="slice lists card0-dp-2 again")
+
+
+def _tainted(sim: Sim) -> bool:
+    return all(device.get("taints") for device in sim.devices().values())
+
+
+def test_hang_taints_the_devices_until_the_compositor_is_back(sim: Sim) -> None:
+    hung = int(sim.layout.weston_pid.read_text())
+    sim.run("hang")
+    sim.wait(lambda: _tainted(sim), timeout=HANG_TIMEOUT_S, what="devices tainted")
+    sim.wait(lambda: not alive(hung), timeout=HANG_TIMEOUT_S, what="watchdog killed weston")
+    sim.wait(lambda: not any(d.get("taints") for d in sim.devices().values()),
+             timeout=HANG_TIMEOUT_S, what="taint cleared after the restart")
+    assert sim.process.log_contains("westonctl exited")
+    assert int(sim.layout.weston_pid.read_text()) != hung
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Pids of live processes whose command line holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdecimal() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_sigterm_stops_and_reaps_every_process(sim: Sim) -> None:
+    pids = [*sim.state()["pids"].values(), int(sim.layout.weston_pid.read_text())]
+    sim.process.send_signal(signal.SIGTERM)
+    assert sim.process.wait(timeout=60.0) == 0
+    assert sim.process.log_contains("simnode: stopped")
+    assert [p for p in pids if alive(p)] == []
+    assert _processes_naming(str(sim.layout.root)) == []
+    assert not sim.layout.state_file.exists()
