@@ -9,40 +9,23 @@ from pathlib import Path
 
 import click
 
-from libdisplay.cli import binary_group, output_aliases
-
-_sysfs_option = click.option(
-    "--sysfs-root",
-    envvar="SYSFS_ROOT",
-    default="/sys",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where sysfs is mounted (a simulated tree in tests).",
+from libdisplay.cli import (
+    binary_group,
+    dev_root_option,
+    output_alias_option,
+    output_aliases,
+    shell_option,
+    sysfs_root_option,
+    weston_config_option,
 )
-_dev_option = click.option(
-    "--dev-root",
-    envvar="DEV_ROOT",
-    default="/dev",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the claim's card nodes appear (<dev-root>/dri/cardN).",
-)
-
 
 cli = binary_group("declare", "Write weston's config for the monitors on the claimed card.")
 
 
 @cli.command("declare")
-@_sysfs_option
-@_dev_option
-@click.option(
-    "--config",
-    envvar="WESTON_CONFIG",
-    default="/etc/weston/weston.ini",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The weston.ini to write.",
-)
+@sysfs_root_option
+@dev_root_option
+@weston_config_option("The weston.ini to write.")
 @click.option("--node-name", envvar="NODE_NAME", help="This node's name: Displays are per node.")
 @click.option(
     "--api-server",
@@ -56,19 +39,8 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
     type=click.FloatRange(min=0.1),
     help="Seconds for all Display reads together; then preferred modes.",
 )
-@click.option(
-    "--output-alias",
-    multiple=True,
-    metavar="CONNECTOR=NAME",
-    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
-)
-@click.option(
-    "--shell",
-    envvar="WESTON_SHELL",
-    default="layout.so",
-    show_default=True,
-    help="weston's shell: the layout module, or a stock shell for tests.",
-)
+@output_alias_option
+@shell_option
 @click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
 def declare_cmd(
     sysfs_root: Path,
@@ -115,8 +87,8 @@ def declare_cmd(
 
 
 @cli.command()
-@_sysfs_option
-@_dev_option
+@sysfs_root_option
+@dev_root_option
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
     """List the delivered cards' connectors and the monitor on each (read-only)."""

@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 
 import click
 
-from libdisplay.cli import binary_group, output_aliases
+from libdisplay.cli import (
+    binary_group,
+    dev_root_option,
+    output_alias_option,
+    output_aliases,
+    shell_option,
+    sysfs_root_option,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")
@@ -92,21 +99,10 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     show_default=True,
     help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).",
 )
-@_path_option("--sysfs-root", "SYSFS_ROOT", "/sys", "Where sysfs is mounted")
-@_path_option("--dev-root", "DEV_ROOT", "/dev", "Where the card nodes appear")
-@click.option(
-    "--output-alias",
-    multiple=True,
-    metavar="CONNECTOR=NAME",
-    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
-)
-@click.option(
-    "--shell",
-    envvar="WESTON_SHELL",
-    default="layout.so",
-    show_default=True,
-    help="weston's shell, as declare writes it (env WESTON_SHELL).",
-)
+@sysfs_root_option
+@dev_root_option
+@output_alias_option
+@shell_option
 @click.option(
     "--delivery",
     envvar="SOCKET_DELIVERY",

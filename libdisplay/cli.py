@@ -8,12 +8,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from libdisplay import __version__
 
 VERSION = __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -58,3 +63,49 @@ def output_aliases(values: tuple[str, ...]) -> dict[str, str]:
             )
         aliases[connector] = name
     return aliases
+
+
+# Options several binaries share. One definition each, so the flag, its environment
+# variable and its default — the contract with the pod manifest — cannot drift apart.
+
+sysfs_root_option = click.option(
+    "--sysfs-root",
+    envvar="SYSFS_ROOT",
+    default="/sys",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where sysfs is mounted (a simulated tree in tests).",
+)
+dev_root_option = click.option(
+    "--dev-root",
+    envvar="DEV_ROOT",
+    default="/dev",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the claim's card nodes appear (<dev-root>/dri/cardN).",
+)
+output_alias_option = click.option(
+    "--output-alias",
+    multiple=True,
+    metavar="CONNECTOR=NAME",
+    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
+)
+shell_option = click.option(
+    "--shell",
+    envvar="WESTON_SHELL",
+    default="layout.so",
+    show_default=True,
+    help="weston's shell: the layout module, or a stock shell for tests (env WESTON_SHELL).",
+)
+
+
+def weston_config_option(help_text: str) -> Callable[[F], F]:
+    """`--config` / WESTON_CONFIG: the weston.ini in the pod's /etc/weston."""
+    return click.option(
+        "--config",
+        envvar="WESTON_CONFIG",
+        default="/etc/weston/weston.ini",
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from libdisplay.cli import binary_group
+from libdisplay.cli import binary_group, weston_config_option
 
 _DEFAULT_RUNTIME_DIR = "/var/run/display.liken.sh"
 _DEFAULT_SOCKET = "wayland-0"
@@ -39,14 +39,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
 
 
 @cli.command()
-@click.option(
-    "--config",
-    envvar="WESTON_CONFIG",
-    default="/etc/weston/weston.ini",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="weston.ini, written by the declare container.",
-)
+@weston_config_option("weston.ini, written by the declare container.")
 @click.option(
     "--config-wait",
     envvar="WESTON_CONFIG_WAIT",
