@@ -26,6 +26,7 @@ from fakekube.server import FakeKube
 from libdisplay import fsutil
 from libdisplay.layout import LayoutCapture, LayoutControl
 from tests.support.layout import SolidClient
+from tests.support.layout_build import build_layout
 
 RED = (255, 0, 0)
 GREEN = (0, 255, 0)
@@ -38,7 +39,7 @@ WAIT_S = 30.0
 
 @pytest.fixture(scope="module")
 def comp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compositor]:
-    layout_so = testing.build_layout(tmp_path_factory.mktemp("layout"))
+    layout_so = build_layout(tmp_path_factory.mktemp("layout"))
     with testing.compositor(layout_so, [X1, X2]) as compositor:
         with LayoutControl(compositor.control) as control:
             control.create_claim_socket(compositor.sockets / "a.sock", "X1", "claim-a")
@@ -65,8 +66,14 @@ def kube() -> Iterator[FakeKube]:
     with FakeKube() as fake:
         fake.policy.add_token("alice-token", "alice", groups=("viewers",))
         fake.policy.add_token("bob-token", "bob")
-        fake.policy.allow("get", "displays", user="alice", api_group="display.liken.sh",
-                          subresource="capture", name=X1_DISPLAY)
+        fake.policy.allow(
+            "get",
+            "displays",
+            user="alice",
+            api_group="display.liken.sh",
+            subresource="capture",
+            name=X1_DISPLAY,
+        )
         yield fake
 
 
@@ -84,10 +91,23 @@ def ffprobe(data: bytes) -> dict[str, object]:
         file.write(data)
         file.flush()
         result = subprocess.run(
-            ["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0",
-             "-show_entries", "stream=codec_name,width,height,nb_read_frames",
-             "-of", "json", file.name],
-            capture_output=True, text=True, check=True, timeout=60,
+            [
+                "ffprobe",
+                "-v",
+                "error",
+                "-count_frames",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                "stream=codec_name,width,height,nb_read_frames",
+                "-of",
+                "json",
+                file.name,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         )
     stream: dict[str, object] = json.loads(result.stdout)["streams"][0]
     return stream
@@ -123,7 +143,10 @@ def test_metrics_pass_promtool(srv: Server) -> None:
     status, _, body = srv.get("/metrics")
     assert status == 200
     result = subprocess.run(
-        ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60,
+        ["promtool", "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=60,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -144,8 +167,15 @@ def test_metrics_pass_promtool(srv: Server) -> None:
         ("/api/v1/outputs", None, 401),
         ("/api/v1/outputs/X9/still.png", None, 401),
     ],
-    ids=["no-token", "unknown-token", "bob-denied", "alice-other-display", "clip-denied",
-         "list-no-token", "unknown-output-no-token"],
+    ids=[
+        "no-token",
+        "unknown-token",
+        "bob-denied",
+        "alice-other-display",
+        "clip-denied",
+        "list-no-token",
+        "unknown-output-no-token",
+    ],
 )
 def test_reviews_decide(srv: Server, path: str, token: str | None, status: int) -> None:
     got, headers, body = srv.get(path, token=token)
@@ -159,7 +189,8 @@ def test_outputs_lists_only_what_the_caller_may_see(srv: Server) -> None:
     status, _, body = srv.get("/api/v1/outputs", token="alice-token")
     assert status == 200
     assert json.loads(body) == {
-        "node": "node-a", "outputs": [{"name": "X1", "display": X1_DISPLAY}]
+        "node": "node-a",
+        "outputs": [{"name": "X1", "display": X1_DISPLAY}],
     }
 
 
@@ -168,9 +199,9 @@ def test_apiserver_unreachable_is_503(comp: Compositor) -> None:
         status, _, body = server.get("/api/v1/outputs/X1/still.png", token="alice-token")
         assert status == 503, body
         assert b"apiserver unreachable" in body
-        assert server.get("/api/v1/outputs/X1/still.png", token="alice-token")[1][
-            "Retry-After"
-        ] == "5"
+        assert (
+            server.get("/api/v1/outputs/X1/still.png", token="alice-token")[1]["Retry-After"] == "5"
+        )
         status, _, _ = server.get("/healthz")
         assert status == 200
 
@@ -192,7 +223,10 @@ def test_clip_decodes_to_size_frame_count_and_codec(srv: Server) -> None:
     assert status == 200, body
     assert headers["Content-Type"] == "video/mp4"
     assert ffprobe(body) == {
-        "codec_name": "h264", "width": 1920, "height": 1080, "nb_read_frames": "60"
+        "codec_name": "h264",
+        "width": 1920,
+        "height": 1080,
+        "nb_read_frames": "60",
     }
 
 
@@ -209,8 +243,17 @@ def test_clip_decodes_to_size_frame_count_and_codec(srv: Server) -> None:
         ("/api/v1/outputs/X1/clip.mp4?seconds=nan", 400),
         ("/api/v1/outputs/X1/clip.mp4?seconds=abc", 400),
     ],
-    ids=["unknown-output", "encoded-dotdot", "dotdot", "dotdot-to-other-output", "nul",
-         "zero-seconds", "too-long", "nan", "not-a-number"],
+    ids=[
+        "unknown-output",
+        "encoded-dotdot",
+        "dotdot",
+        "dotdot-to-other-output",
+        "nul",
+        "zero-seconds",
+        "too-long",
+        "nan",
+        "not-a-number",
+    ],
 )
 def test_bad_requests(srv: Server, path: str, status: int) -> None:
     got, _, body = srv.get(path, token="alice-token")
@@ -221,8 +264,9 @@ def test_bad_requests(srv: Server, path: str, status: int) -> None:
 
 def test_excess_clips_get_429_with_retry_after(srv: Server) -> None:
     def fetch(_index: int) -> tuple[int, dict[str, str]]:
-        status, headers, _body = srv.get("/api/v1/outputs/X1/clip.mp4?seconds=3",
-                                     token="alice-token")
+        status, headers, _body = srv.get(
+            "/api/v1/outputs/X1/clip.mp4?seconds=3", token="alice-token"
+        )
         return status, headers
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
@@ -237,8 +281,11 @@ def test_excess_clips_get_429_with_retry_after(srv: Server) -> None:
 
 def test_client_going_away_stops_its_encode(srv: Server) -> None:
     connection = srv.connection()
-    connection.request("GET", "/api/v1/outputs/X1/clip.mp4?seconds=20",
-                       headers={"Authorization": "Bearer alice-token"})
+    connection.request(
+        "GET",
+        "/api/v1/outputs/X1/clip.mp4?seconds=20",
+        headers={"Authorization": "Bearer alice-token"},
+    )
     response = connection.getresponse()
     assert response.status == 200
     response.read(1000)
@@ -262,13 +309,55 @@ def _make_ca_and_leaf(directory: Path) -> tuple[Path, bytes, bytes]:
     key, csr, crt = directory / "leaf.key", directory / "leaf.csr", directory / "leaf.crt"
     ext = directory / "ext.cnf"
     ext.write_text("subjectAltName=IP:127.0.0.1\n")
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "2", "-subj", "/CN=test-ca", "-keyout", str(ca_key),
-            "-out", str(ca_crt))
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-subj", "/CN=display-capture", "-keyout", str(key), "-out", str(csr))
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
-            "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(crt))
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_crt),
+    )
+    openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        "/CN=display-capture",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(crt),
+    )
     return ca_crt, crt.read_bytes(), key.read_bytes()
 
 
@@ -301,8 +390,6 @@ def test_live_page_is_served_without_screen_content(srv: Server) -> None:
     assert status == 200
     assert headers["Content-Type"].startswith("text/html")
     assert b"/api/v1/outputs" in body and b"Authorization" in body
-
-
 
 
 # ---------- memory under a flood ----------
@@ -365,10 +452,8 @@ def test_shoot_unknown_output_fails_clearly(comp: Compositor, tmp_path: Path) ->
 # ---------- 4K is scaled to 1080p ----------
 
 
-def test_4k_output_is_scaled_to_1080p_and_holds_two_slots(
-    tmp_path: Path, kube: FakeKube
-) -> None:
-    layout_so = testing.build_layout(tmp_path)
+def test_4k_output_is_scaled_to_1080p_and_holds_two_slots(tmp_path: Path, kube: FakeKube) -> None:
+    layout_so = build_layout(tmp_path)
     with testing.compositor(layout_so, [(3840, 2160)]) as comp4k:
         with LayoutControl(comp4k.control) as control:
             control.create_claim_socket(comp4k.sockets / "a.sock", "X1", "claim-a")
@@ -383,8 +468,9 @@ def test_4k_output_is_scaled_to_1080p_and_holds_two_slots(
             assert testing.png_rgb(body, 1900, 1000) == (X1, RED)
 
             def fetch(seconds: str) -> tuple[int, bytes]:
-                got, _, data = server.get(f"/api/v1/outputs/X1/clip.mp4?seconds={seconds}",
-                                          token="alice-token")
+                got, _, data = server.get(
+                    f"/api/v1/outputs/X1/clip.mp4?seconds={seconds}", token="alice-token"
+                )
                 return got, data
 
             with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
@@ -398,5 +484,8 @@ def test_4k_output_is_scaled_to_1080p_and_holds_two_slots(
                 status, body = clip.result()
             assert status == 200
             assert ffprobe(body) == {
-                "codec_name": "h264", "width": 1920, "height": 1080, "nb_read_frames": "90"
+                "codec_name": "h264",
+                "width": 1920,
+                "height": 1080,
+                "nb_read_frames": "90",
             }

@@ -14,7 +14,6 @@ import os
 import re
 import ssl
 import struct
-import subprocess
 import sys
 import tempfile
 import zlib
@@ -23,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import weston as weston_support
+from tests.support.layout_build import layout_ini
 from tests.support.processes import Process, running
 
 REPO = Path(__file__).resolve().parent.parent
-LAYOUT_BUILD = REPO / "westonctl" / "layout" / "build.sh"
 READY_TIMEOUT_S = 60.0
 HTTP_TIMEOUT_S = 60.0
 _LISTENING_RE = re.compile(rb"listening on https://([0-9.]+):(\d+)")
@@ -52,22 +51,14 @@ class Compositor:
         return self.weston.runtime_dir / "weston.ini"
 
 
-def build_layout(out_dir: Path) -> Path:
-    out = out_dir / "layout.so"
-    subprocess.run(["sh", os.fspath(LAYOUT_BUILD), os.fspath(out)], check=True, timeout=180)
-    return out
-
-
 @contextlib.contextmanager
 def compositor(layout_so: Path, sizes: Sequence[tuple[int, int]]) -> Iterator[Compositor]:
     """weston's x11 backend on Xvfb with outputs X1..Xn of these sizes, pixman-rendered."""
     with tempfile.TemporaryDirectory(prefix="cap-") as tmp:
         sockets = Path(tmp)
-        ini = (
-            f"\n[layout]\ncontrol-socket={sockets / 'control.sock'}\n"
-            f"capture-socket={sockets / 'capture.sock'}\n"
-        )
-        with weston_support.x11(sizes, config=ini, args=[f"--shell={layout_so}"]) as weston:
+        with weston_support.x11(
+            sizes, config=layout_ini(sockets), args=[f"--shell={layout_so}"]
+        ) as weston:
             yield Compositor(weston=weston, sockets=sockets)
 
 

@@ -27,6 +27,7 @@ from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
 from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.binaries import pex_env, pex_path
 from tests.support.crds import display_crd
+from tests.support.layout_build import build_layout
 from tests.support.processes import running
 from tests.support.weston import xvfb
 
@@ -73,10 +74,7 @@ def kube() -> Iterator[FakeKube]:
 @pytest.fixture(scope="module")
 def layout_shell(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The layout module, built from source as the weston image builds it."""
-    out = tmp_path_factory.mktemp("layout") / "layout.so"
-    build = Path(__file__).resolve().parents[1] / "westonctl" / "layout" / "build.sh"
-    subprocess.run(["sh", str(build), str(out)], check=True, timeout=300)
-    return out
+    return build_layout(tmp_path_factory.mktemp("layout"))
 
 
 def test_outputs_come_up_at_their_display_modes_or_preferred(

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import socket as socket_module
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.support.crds import display_crd
 from tests.support.kubelet import Claim, Kubelet, get_info
 from tests.support.layout import SolidClient
+from tests.support.layout_build import build_layout
 from tests.support.processes import Process, running, unix_socket_accepts
 from tests.support.weston import xvfb
 
@@ -654,10 +654,7 @@ LAYOUT_ALIASES = ("HDMI-A-1=X1", "DP-1=X2")
 @pytest.fixture(scope="module")
 def layout_shell(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The layout module, built from source as the weston image builds it."""
-    out = tmp_path_factory.mktemp("layout") / "layout.so"
-    build = Path(__file__).resolve().parents[1] / "westonctl" / "layout" / "build.sh"
-    subprocess.run(["sh", str(build), str(out)], check=True, timeout=300)
-    return out
+    return build_layout(tmp_path_factory.mktemp("layout"))
 
 
 @pytest.fixture

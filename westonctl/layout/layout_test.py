@@ -30,6 +30,7 @@ from libdisplay.layout import (
 from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient, Wish
+from tests.support.layout_build import build_layout, layout_ini
 from tests.support.processes import running
 
 HERE = Path(__file__).resolve().parent
@@ -59,26 +60,9 @@ class Compositor:
         return self.sockets / f"{name}.sock"
 
 
-def _build(out_dir: Path, *extra: str) -> Path:
-    out = out_dir / ("layout-asan.so" if extra else "layout.so")
-    subprocess.run(
-        ["sh", os.fspath(HERE / "build.sh"), os.fspath(out), *extra],
-        check=True,
-        timeout=120,
-    )
-    return out
-
-
 @pytest.fixture(scope="session")
 def layout_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build(tmp_path_factory.mktemp("layout"))
-
-
-def _ini(sockets: Path) -> str:
-    return (
-        f"\n[layout]\ncontrol-socket={sockets / 'control.sock'}\n"
-        f"capture-socket={sockets / 'capture.sock'}\n"
-    )
+    return build_layout(tmp_path_factory.mktemp("layout"))
 
 
 @contextlib.contextmanager
@@ -92,7 +76,9 @@ def _sockets_dir() -> Iterator[Path]:
 def two_outputs(layout_so: Path) -> Iterator[Compositor]:
     with (
         _sockets_dir() as sockets,
-        weston_support.x11([X1, X2], config=_ini(sockets), args=[f"--shell={layout_so}"]) as w,
+        weston_support.x11(
+            [X1, X2], config=layout_ini(sockets), args=[f"--shell={layout_so}"]
+        ) as w,
     ):
         yield Compositor(weston=w, sockets=sockets)
 
@@ -375,7 +361,7 @@ HEADLESS = (640, 480)
 @contextlib.contextmanager
 def _headless(layout_so: Path, sockets: Path) -> Iterator[Compositor]:
     with weston_support.headless(
-        size=HEADLESS, config=_ini(sockets), args=[f"--shell={layout_so}"]
+        size=HEADLESS, config=layout_ini(sockets), args=[f"--shell={layout_so}"]
     ) as w:
         yield Compositor(weston=w, sockets=sockets)
 
@@ -466,10 +452,10 @@ def test_under_address_sanitizer(tmp_path: Path) -> None:
     weston itself is not instrumented, so the runtime is preloaded; leak checking is off
     because weston's own allocations at exit are not this module's.
     """
-    asan_so = _build(tmp_path, "--asan")
+    asan_so = build_layout(tmp_path, asan=True)
     with _sockets_dir() as sockets, tempfile.TemporaryDirectory(prefix="wa-") as runtime:
         ini = sockets / "weston.ini"
-        ini.write_text(_ini(sockets))
+        ini.write_text(layout_ini(sockets))
         wayland = Path(runtime) / "wl-asan"
         argv = [
             "weston",
