@@ -1,9 +1,10 @@
-"""Real pieces for the capture tests and bench: weston with the layout module, the server as a
-subprocess, and an HTTPS client that pins (or ignores) the server's certificate.
+"""Real pieces for the capture tests and bench: weston with the layout module (optionally with a
+solid-colour client on each output), the server as a subprocess, and an HTTPS client that pins
+(or ignores) the server's certificate.
 
 The server runs as `python -m capture.main capture` with its settings in the environment and
 `CAPTURE_ADDR=127.0.0.1:0`; it is ready when its log says where it listens. It is stopped and
-reaped by pid whatever happens (tests/support/processes).
+reaped by pid whatever happens (libdisplay.processes).
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ import ssl
 import struct
 import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from libdisplay.layout import LayoutCapture, LayoutControl
+from libdisplay.processes import Process, running
 from tests.support import weston as weston_support
+from tests.support.layout import SolidClient
 from tests.support.layout_build import layout_ini
-from tests.support.processes import Process, running
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0
 HTTP_TIMEOUT_S = 60.0
+WAIT_S = 30.0
 _LISTENING_RE = re.compile(rb"listening on https://([0-9.]+):(\d+)")
 
 
@@ -60,6 +65,41 @@ def compositor(layout_so: Path, sizes: Sequence[tuple[int, int]]) -> Iterator[Co
             sizes, config=layout_ini(sockets), args=[f"--shell={layout_so}"]
         ) as weston:
             yield Compositor(weston=weston, sockets=sockets)
+
+
+def claim_socket(comp: Compositor, output: str) -> Path:
+    """Where the clients of `output`'s claim connect (made by `showing`)."""
+    return comp.sockets / f"{output}.sock"
+
+
+@contextlib.contextmanager
+def showing(
+    layout_so: Path, screens: Sequence[tuple[tuple[int, int], tuple[int, int, int]]]
+) -> Iterator[Compositor]:
+    """`compositor` with one (size, colour) per output X1..Xn: each output has a claim
+    (`claim_socket`) whose client fills it with the colour; yields once every output shows it."""
+    outputs = [(f"X{index}", colour) for index, (_size, colour) in enumerate(screens, start=1)]
+    with compositor(layout_so, [size for size, _colour in screens]) as comp:
+        with LayoutControl(comp.control) as control:
+            for output, _colour in outputs:
+                control.create_claim_socket(claim_socket(comp, output), output, f"claim-{output}")
+        with contextlib.ExitStack() as clients:
+            for output, colour in outputs:
+                client = clients.enter_context(
+                    SolidClient(claim_socket(comp, output), colour=colour)
+                )
+                assert client.shown.wait(WAIT_S), f"the client on {output} was never shown"
+            for output, colour in outputs:
+                wait_colour(comp, output, colour)
+            yield comp
+
+
+def wait_colour(comp: Compositor, output: str, colour: tuple[int, int, int]) -> None:
+    """Return once `output` shows `colour` at (10, 10); AssertionError after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    with LayoutCapture(comp.capture, timeout=WAIT_S) as capture:
+        while capture.frame(output).rgb(10, 10) != colour:
+            assert time.monotonic() < deadline, f"{output} never showed {colour}"
 
 
 @dataclass(frozen=True, slots=True)

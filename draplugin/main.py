@@ -121,6 +121,15 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     help="Seconds for a restarted compositor to answer (env RESTART_TIMEOUT).",
 )
 @click.option(
+    "--hotplug-resync",
+    envvar="HOTPLUG_RESYNC",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between re-reads of sysfs without a uevent, for lost events; SIGHUP re-reads "
+    "at once (env HOTPLUG_RESYNC).",
+)
+@click.option(
     "--api-server",
     envvar="KUBE_API_SERVER",
     help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.",
@@ -184,6 +193,7 @@ def operator(**options: Any) -> None:
         dev_root=options["dev_root"],
         aliases=output_aliases(options["output_alias"]),
         restart_timeout_s=options["restart_timeout"],
+        hotplug_resync_s=options["hotplug_resync"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
         shell=options["shell"],
         delivery=options["delivery"],
@@ -216,6 +226,10 @@ def operator(**options: Any) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if node is not None:
+        # The conventional "re-read your inputs": a person who fixed a cable, or the simulated
+        # node whose uevents never reach netlink, gets the slice updated now.
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: node.rescan())
     server.start()
     log.info("operator ready on node %s", settings.node_name)
     try:

@@ -59,6 +59,11 @@ class Publisher:
         self.runtime.set_claims(holders)
         self.thread.submit(self.runtime.refresh())
 
+    def rescan(self) -> None:
+        """Re-read sysfs now, as a uevent would make it (SIGHUP)."""
+        log.info("re-reading sysfs on request")
+        self.thread.submit(self.runtime.rescan())
+
     def stop(self) -> None:
         self.metrics_server.shutdown()
         self.thread.stop()
@@ -75,6 +80,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str) -> Publisher:
         pid_file=settings.pid_file,
         pod=(namespace, pod) if namespace and pod else None,
         aliases=settings.aliases,
+        hotplug_resync=settings.hotplug_resync_s,
     )
     kube = settings.kube
     thread = NodeThread(

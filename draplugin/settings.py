@@ -45,6 +45,7 @@ class Settings:
     aliases: Mapping[str, str]
     restart_timeout_s: float
     kube: KubeAccess
+    hotplug_resync_s: float = 30.0
     shell: str = "layout.so"
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"

@@ -19,13 +19,13 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from fakekube.client import sync_client
+from fakekube.kubelet import Claim, Kubelet
 from fakekube.testing import resource_claim
 from libdisplay.cdi import DRIVER
 from libdisplay.wayland import WaylandError, list_outputs, probe
 from simnode import card, clients, report
-from simnode.state import Layout, State, load
+from simnode.state import Layout, State, alive, load
 from simnode.up import child_env, pex
-from tests.support.kubelet import Claim, Kubelet
 
 METRICS: Final = ("display_slice_publishes_total", "display_compositor", "display_watchdog",
                   "display_prepare")
@@ -137,10 +137,14 @@ def hotplug(layout: Layout, device: str, *, connected: bool, out: TextIO) -> Non
     state = load(layout)
     monitor = card.find(card.monitors(state.monitors), device)
     card.plug(layout.root, monitor, connected=connected)
+    # No uevent reaches netlink from a simulated card: SIGHUP makes the operator re-read sysfs.
+    operator = state.pids.get("draplugin")
+    if operator is None or not alive(operator):
+        raise CommandError("the operator is not running; its restart re-reads sysfs")
+    os.kill(operator, signal.SIGHUP)
     what = "plugged into" if connected else "pulled out of"
-    print(f"monitor {monitor.name!r} {what} {monitor.sysfs_name}; the operator resyncs sysfs"
-          " periodically, so the slice and Display follow within its resync period",
-          file=out, flush=True)
+    print(f"monitor {monitor.name!r} {what} {monitor.sysfs_name}; the operator re-reads sysfs"
+          " now (SIGHUP): watch `simnode status`", file=out, flush=True)
 
 
 def hang(layout: Layout, *, out: TextIO) -> int:

@@ -23,12 +23,12 @@ from fakekube.server import FakeKube
 from libdisplay.display import API_VERSION, display_name
 from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.modes import Mode
+from libdisplay.processes import running
 from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
 from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.binaries import pex_env, pex_path
 from tests.support.crds import display_crd
 from tests.support.layout_build import build_layout
-from tests.support.processes import running
 from tests.support.weston import xvfb
 
 NODE = "wall-1"

@@ -30,6 +30,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from draplugin.service import WORKERS
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
+from fakekube.kubelet import Claim, Kubelet, get_info
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
@@ -38,13 +39,19 @@ from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.layout import LayoutCapture, LayoutControl
 from libdisplay.modes import Mode
 from libdisplay.outputs import LayoutSockets
-from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
+from libdisplay.processes import Process, running, unix_socket_accepts
+from libdisplay.sysfs_tree import (
+    SimCard,
+    SimConnector,
+    dev_root,
+    hotplug,
+    sysfs_root,
+    write_tree,
+)
 from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.support.crds import display_crd
-from tests.support.kubelet import Claim, Kubelet, get_info
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
-from tests.support.processes import Process, running, unix_socket_accepts
 from tests.support.weston import xvfb
 
 NODE = "kiosk-1"
@@ -191,7 +198,8 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
            restart_timeout: float = 30.0, alias: str | None = None,
            metrics_port: int | None = None, layout_shell: Path | None = None,
            aliases: Sequence[str] = (),
-           container_dir: Path | None = None) -> Iterator[Process]:
+           container_dir: Path | None = None,
+           extra_args: Sequence[str] = ()) -> Iterator[Process]:
     """The operator; with `metrics_port` the node publisher runs too, else the kubelet side only.
 
     With `layout_shell` it runs as in production: that layout module is weston's shell and
@@ -226,6 +234,7 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
         ),
         *(f"--output-alias={a}" for a in ([alias] if alias else aliases)),
         *publisher,
+        *extra_args,
     ]
     extra = {"DRAPLUGIN_FAULT_POINT": fault} if fault else {}
     with running(
@@ -591,6 +600,30 @@ def test_operator_with_publisher_refuses_prepares_while_the_compositor_hangs(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         assert operator.log_contains("SIGKILL") or operator.log_contains("killed")
+
+
+def test_sighup_rereads_sysfs_at_once(node: Node, fake: FakeKube, pex_root: Path) -> None:
+    """No uevent reaches a simulated card: SIGHUP is how a person (or simnode) asks for a rescan.
+
+    The periodic resync is an hour here, so only the signal can make the slice follow.
+    """
+    node.etc.mkdir(parents=True)
+    (node.etc / "weston.ini").write_text(INITIAL_INI)
+    fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    with (
+        weston(node, pex_root),
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=_free_port(),
+               extra_args=["--hotplug-resync=3600"]) as operator,
+    ):
+        operator.wait_until(
+            lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
+        )
+        hotplug(node.root, "card0-DP-1", status="disconnected")
+        operator.send_signal(signal.SIGHUP)
+        operator.wait_until(
+            lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0, what="slice drops DP-1"
+        )
+        assert operator.log_contains("re-reading sysfs on request")
 
 
 def _zombie(pid: int) -> bool:

@@ -2,7 +2,7 @@
 
 Each test runs its own westonctl with its own runtime dir, config and restart-order dir,
 waits on readiness (the pid file and an answering socket), and always stops and reaps
-what it started (tests.support.processes).
+what it started (libdisplay.processes).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from libdisplay.processes import Process, running, start
 from libdisplay.wayland import Liveness, probe
 from libdisplay.weston import order_restart
 from tests.binaries import pex_env, pex_path
-from tests.support.processes import Process, running, start
 
 READY_S = 60.0
 

@@ -156,6 +156,9 @@ class Hotplug:
         self._known: dict[str, str] = {}
         self.events = 0
         self.rescans = 0
+        # A rescan on request (SIGHUP) may meet one after a uevent; one at a time, so an older
+        # scan never lands after a newer one.
+        self._rescanning = asyncio.Lock()
 
     @property
     def cards(self) -> tuple[Card, ...]:
@@ -196,6 +199,10 @@ class Hotplug:
 
     async def rescan(self) -> Changes:
         """Re-read sysfs; report to `on_change` when the inventory differs from the last."""
+        async with self._rescanning:
+            return await self._rescan()
+
+    async def _rescan(self) -> Changes:
         self.rescans += 1
         try:
             cards = await asyncio.to_thread(self._scan)

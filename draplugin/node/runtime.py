@@ -116,6 +116,11 @@ class NodeRuntime:
         """Release the API client."""
         await self._client.close()
 
+    async def rescan(self) -> None:
+        """Re-read sysfs now and publish what changed, as after a uevent."""
+        if self.hotplug is not None:
+            await self.hotplug.rescan()
+
     async def refresh(self) -> None:
         """Write the Display status now (e.g. after a prepare or unprepare)."""
         if self.hotplug is not None:

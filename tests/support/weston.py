@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 from libdisplay import fsutil
+from libdisplay.processes import Process, running, unix_socket_accepts
 from libdisplay.wayland import Liveness, probe
-from tests.support.processes import Process, running, unix_socket_accepts
 
 Renderer = Literal["noop", "pixman", "gl"]
 

@@ -27,11 +27,11 @@ from libdisplay.layout import (
     LayoutControl,
     LayoutReplyError,
 )
+from libdisplay.processes import running
 from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient, Wish
 from tests.support.layout_build import build_layout, layout_ini
-from tests.support.processes import running
 
 HERE = Path(__file__).resolve().parent
 X1 = (320, 240)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import weston
-from tests.support.processes import (
+from libdisplay.processes import (
     Process,
     ProcessError,
     ReadinessError,
@@ -18,6 +17,7 @@ from tests.support.processes import (
     start,
     unix_socket_accepts,
 )
+from tests.support import weston
 
 
 def _state(pid: int) -> str | None:

@@ -1,4 +1,6 @@
-"""Real processes for tests: start with output to a log, wait for readiness, stop and reap.
+"""Child processes for tests, benches and the simulated node: start, await readiness, reap.
+
+Each child starts with its output to a log, is waited on for readiness, then stopped and reaped.
 
 Every child runs in its own session so that `stop` can also kill what it left behind
 (a shell's `sleep`, weston's helper clients). The child is reaped only after those
