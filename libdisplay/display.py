@@ -24,6 +24,7 @@ NODE_LABEL = f"{GROUP}/node"
 DEVICE_LABEL = f"{GROUP}/device"
 
 _MAX_NAME = 253
+_MAX_LABEL = 63
 _SPEC_KEYS = frozenset({"mode", "transform", "scale"})
 
 
@@ -52,6 +53,23 @@ def display_name(node: str, device: str) -> str:
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
     keep = _MAX_NAME - len(device) - len(digest) - 2
     return f"{node[:keep].rstrip('.-')}-{digest}.{device}"
+
+
+def labels(node: str, device: str) -> dict[str, str]:
+    """The labels a Display carries: its node and its device.
+
+    A label value holds at most 63 characters, a node name up to 253: a longer node name is
+    cut and suffixed with a hash of the whole, as `display_name` does, so the selector for
+    one node never matches another's Displays.
+    """
+    return {NODE_LABEL: _label_value(node), DEVICE_LABEL: _label_value(device)}
+
+
+def _label_value(text: str) -> str:
+    if len(text) <= _MAX_LABEL:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{text[: _MAX_LABEL - len(digest) - 1].rstrip('.-_')}-{digest}"
 
 
 def parse_spec(spec: Mapping[str, object] | None) -> DisplaySpec:

@@ -1,8 +1,18 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from libdisplay.display import DisplaySpec, DisplaySpecError, display_name, parse_spec
+from libdisplay.display import (
+    DEVICE_LABEL,
+    NODE_LABEL,
+    DisplaySpec,
+    DisplaySpecError,
+    display_name,
+    labels,
+    parse_spec,
+)
 from libdisplay.modes import Mode
 
 
@@ -48,3 +58,21 @@ def test_parse_spec_accepts(spec: dict[str, object] | None, expected: DisplaySpe
 def test_parse_spec_rejects_naming_the_field(spec: dict[str, object], names: str) -> None:
     with pytest.raises(DisplaySpecError, match=names):
         parse_spec(spec)
+
+
+# The apiserver's label value rule: at most 63 characters, alphanumeric at both ends.
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def test_labels_of_short_names_are_the_names() -> None:
+    assert labels("kiosk-3", "card0-hdmi-a-1") == {NODE_LABEL: "kiosk-3",
+                                                   DEVICE_LABEL: "card0-hdmi-a-1"}
+
+
+def test_labels_of_long_node_names_stay_valid_and_distinct() -> None:
+    base = "rack-7." + "a" * 60
+    first = labels(base + ".example.com", "card0-dp-1")[NODE_LABEL]
+    second = labels(base + ".example.org", "card0-dp-1")[NODE_LABEL]
+    assert first != second
+    for value in (first, second, labels("n-" * 126 + "x", "card0-dp-1")[NODE_LABEL]):
+        assert _LABEL_VALUE.match(value), value

@@ -294,7 +294,7 @@ class Displays:
                                      patch_type=PatchType.MERGE)
 
     def _labels(self, device: str) -> dict[str, str]:
-        return {display.NODE_LABEL: self._node, display.DEVICE_LABEL: device}
+        return display.labels(self._node, device)
 
 
 def _as_dict(obj: object) -> JsonObject:
