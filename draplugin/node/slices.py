@@ -40,6 +40,9 @@ TAINT_KEY = "display.liken.sh/compositor-unavailable"
 TAINT_EFFECT = "NoSchedule"
 MAX_STRING = 64
 MAX_ATTRIBUTES = 32
+# 128 devices per slice, but 64 once any device has a taint (dra.md §3.2), and every device
+# carries one while the compositor is down: the pool is one slice of at most 64 devices.
+MAX_DEVICES = 64
 _MAX_NAME = 253
 
 JsonObject = dict[str, Any]
@@ -130,7 +133,12 @@ def build_devices(
         for c in card.connectors
         if c.connected
     ]
-    return tuple(sorted(devices, key=lambda d: str(d["name"])))
+    devices.sort(key=lambda d: str(d["name"]))
+    if len(devices) > MAX_DEVICES:
+        left_out = [str(d["name"]) for d in devices[MAX_DEVICES:]]
+        log.error("%d connected monitors, a slice holds %d: not publishing %s",
+                  len(devices), MAX_DEVICES, ", ".join(left_out))
+    return tuple(devices[:MAX_DEVICES])
 
 
 def slice_name(node: str) -> str:

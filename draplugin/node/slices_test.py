@@ -91,6 +91,20 @@ def test_connected_monitor_without_edid_still_is_a_device(tmp_path: Path) -> Non
     assert device["attributes"]["preferredWidth"] == {"int": 1280}
 
 
+def test_more_monitors_than_a_slice_holds_are_cut_to_the_limit_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    count = slices.MAX_DEVICES + 3
+    cards = _tree(tmp_path, *(sysfs_tree.SimConnector(type="DP", index=i, modes=("1280x720",))
+                              for i in range(1, count + 1)))
+    devices = slices.build_devices(cards)
+    assert len(devices) == slices.MAX_DEVICES
+    published = {d["name"] for d in devices}
+    left_out = {f"card0-dp-{i}" for i in range(1, count + 1)} - published
+    assert len(left_out) == 3
+    assert all(name in caplog.text for name in left_out)
+
+
 @pytest.mark.parametrize(
     ("raw", "cleaned"),
     [
