@@ -11,6 +11,7 @@ The status schema in deploy/base/cluster/crd-displays.yaml is the contract this 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -231,6 +232,25 @@ class Displays:
         except RetryError as err:
             raise DisplayWriteError(str(err)) from err
 
+    async def watch(self, on_stale: Callable[[str], None], *, retry_after: float = 5.0) -> None:
+        """Call `on_stale(name)` when one of this node's Displays needs the operator: deleted (it is
+        re-created), or its `spec` edited (status shows the new generation observed). Events of
+        the operator's own status and label writes do not count. Until cancelled; a watch
+        that ends is reopened after `retry_after` seconds."""
+        node_label = display.labels(self._node, "")[display.NODE_LABEL]
+        selector: dict[str, Any] = {display.NODE_LABEL: node_label}
+        while True:
+            try:
+                async for op, obj in self._client.watch(DisplayResource, labels=selector):
+                    found = _as_dict(obj)
+                    if op == "DELETED" or _spec_unobserved(found):
+                        on_stale(str((found.get("metadata") or {}).get("name")))
+            # lightkube lets httpx's transport errors through unwrapped; whatever ended the
+            # watch, the next hotplug or resync reconciles too.
+            except Exception as err:
+                log.info("watch of this node's Displays ended: %s", err)
+            await asyncio.sleep(retry_after)
+
     def _count_error(self, code: int) -> None:
         self.api_errors += 1
         if self._on_error is not None:
@@ -295,6 +315,12 @@ class Displays:
 
     def _labels(self, device: str) -> dict[str, str]:
         return display.labels(self._node, device)
+
+
+def _spec_unobserved(obj: Mapping[str, Any]) -> bool:
+    generation = (obj.get("metadata") or {}).get("generation")
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return generation is not None and generation != observed
 
 
 def _as_dict(obj: object) -> JsonObject:

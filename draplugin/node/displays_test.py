@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.types import PatchType
 
 from draplugin.node import displays
 from draplugin.node.retry import Backoff
@@ -169,3 +170,31 @@ def test_conflicting_and_throttled_writes_are_retried(fake: FakeKube, tmp_path: 
 )
 def test_merge_patch(old: dict[str, Any], new: dict[str, Any], patch: dict[str, Any]) -> None:
     assert displays.merge_patch(old, new) == patch
+
+
+def test_watch_wakes_on_spec_edits_and_deletes_not_on_status_writes(
+    fake: FakeKube, tmp_path: Path
+) -> None:
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> list[str]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        woken: asyncio.Queue[str] = asyncio.Queue()
+        watcher = asyncio.create_task(publisher.watch(woken.put_nowait))
+        try:
+            # The watch lists both Displays first: they are current, so they wake nothing.
+            await client.patch(displays.DisplayResource, HDMI, {"spec": {"mode": "1280x720@60"}},
+                               patch_type=PatchType.MERGE)
+            first = await woken.get()
+            # The reconcile records the new generation: its own status write wakes nothing,
+            # so (events arrive in order) the next wake-up is the delete's.
+            await publisher.reconcile(cards)
+            await client.delete(displays.DisplayResource, DP)
+            return [first, await woken.get()]
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    assert _run(fake, scenario) == [HDMI, DP]
+    assert _get(fake, HDMI)["status"]["observedGeneration"] == 2

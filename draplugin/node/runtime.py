@@ -145,6 +145,7 @@ class NodeRuntime:
                 group.create_task(self.hotplug.run())
                 group.create_task(self.watchdog.run())
                 group.create_task(self._display_loop())
+                group.create_task(self.displays.watch(lambda _name: self._displays_due.set()))
                 if self.config.pod is not None:
                     group.create_task(self._poll_restarts(*self.config.pod))
         finally:
