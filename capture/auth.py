@@ -160,26 +160,29 @@ _REVIEW_TIMEOUT_S = 10.0
 
 class HttpReviews:
     """ReviewApi over aiohttp: in-cluster (service account token and CA, re-read per call so
-    a rotated token is used) or a plain-HTTP URL. Transport errors and non-201 answers are 503."""
+    a rotated token is used), a kubeconfig's cluster and user, or a plain-HTTP URL. Transport
+    errors and non-201 answers are 503."""
 
-    def __init__(self, kube_url: str | None, *, account: Path = SERVICE_ACCOUNT) -> None:
+    def __init__(self, kube_url: str | None, *, kubeconfig: Path | None = None,
+                 account: Path = SERVICE_ACCOUNT) -> None:
         import aiohttp
 
         self._account = account
-        if kube_url is None:
+        self._in_cluster = False
+        self._token: str | None = None
+        ssl_context: ssl.SSLContext | bool = False
+        if kube_url is not None:
+            self._url = kube_url.rstrip("/")
+        elif kubeconfig is not None:
+            self._url, self._token, ssl_context = _from_kubeconfig(kubeconfig)
+        else:
             host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             if not host:
                 raise ReviewUnavailableError("not in a cluster: KUBERNETES_SERVICE_HOST is unset")
             self._url = f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}"
-            ssl_context: ssl.SSLContext | bool = ssl.create_default_context(
-                cafile=os.fspath(account / "ca.crt")
-            )
+            ssl_context = ssl.create_default_context(cafile=os.fspath(account / "ca.crt"))
             self._in_cluster = True
-        else:
-            self._url = kube_url.rstrip("/")
-            ssl_context = False
-            self._in_cluster = False
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=_REVIEW_TIMEOUT_S),
             connector=aiohttp.TCPConnector(ssl=ssl_context),
@@ -190,7 +193,7 @@ class HttpReviews:
 
     def _headers(self) -> dict[str, str]:
         if not self._in_cluster:
-            return {}
+            return {"Authorization": f"Bearer {self._token}"} if self._token else {}
         try:
             token = (self._account / "token").read_text().strip()
         except OSError as exc:
@@ -224,3 +227,17 @@ class HttpReviews:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": dict(spec)}
         return await self._create("/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+
+
+def _from_kubeconfig(path: Path) -> tuple[str, str | None, ssl.SSLContext | bool]:
+    """URL, bearer token and TLS of a kubeconfig's current context."""
+    from libdisplay import kubeconfig
+
+    try:
+        creds = kubeconfig.load(path)
+        tls: ssl.SSLContext | bool = (
+            creds.ssl_context() if creds.server.startswith("https://") else False
+        )
+    except kubeconfig.KubeconfigError as exc:
+        raise ReviewUnavailableError(str(exc)) from exc
+    return creds.server, creds.token, tls

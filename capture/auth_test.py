@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,6 +119,31 @@ def test_http_reviews_against_the_fake_apiserver() -> None:
                 await reviews.close()
 
         asyncio.run(scenario())
+
+
+def test_http_reviews_from_a_kubeconfig(tmp_path: Path) -> None:
+    """Outside a cluster (a simulated node published into one) the reviews use a kubeconfig."""
+    with FakeKube() as fake:
+        fake.policy.add_token("tok", "alice")
+        config = tmp_path / "config"
+        config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            f"clusters: [{{name: k, cluster: {{server: '{fake.url}'}}}}]\n"
+            "users: [{name: u, user: {token: admin}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        )
+
+        async def scenario() -> User:
+            reviews = HttpReviews(None, kubeconfig=config)
+            try:
+                return await Reviewer(reviews, ttl_s=1.0).authenticate("tok")
+            finally:
+                await reviews.close()
+
+        assert asyncio.run(scenario()) == User("alice", groups=())
+    with pytest.raises(ReviewUnavailableError, match="user.exec"):
+        config.write_text(config.read_text().replace("{token: admin}", "{exec: {command: x}}"))
+        HttpReviews(None, kubeconfig=config)
 
 
 def test_http_reviews_unreachable_is_unavailable() -> None:

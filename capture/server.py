@@ -510,7 +510,7 @@ async def _probe(state: State) -> None:
 async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
     """Serve until the block ends; yields the bound (host, port)."""
     certs = Certificates(settings.tls_dir)
-    reviews = HttpReviews(settings.kube_url)
+    reviews = HttpReviews(settings.kube_url, kubeconfig=settings.kubeconfig)
     state = State(settings, reviews, Metrics())
     runner = web.AppRunner(make_app(state, certs), handle_signals=False, access_log=None)
     tasks: list[asyncio.Task[None]] = []

@@ -6,7 +6,8 @@ this node has. Each output belongs to a Display `<NODE_NAME>.<device>`: the devi
 device name of connector `<CAPTURE_CARD>-<output>` (`card0-hdmi-a-1`) unless
 `CAPTURE_DEVICES` maps it (`X1=card0-hdmi-a-1,X2=card0-dp-1`, for a simulated node whose
 outputs are x11 windows). `CAPTURE_KUBE_URL` points the reviews at a plain-HTTP apiserver
-(the simulated node's fake); unset, the in-cluster configuration is used.
+(the simulated node's fake), else `KUBECONFIG` names a kubeconfig (a simulated node published
+into a real cluster); with neither, the in-cluster configuration is used.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Settings:
     card: str = "card0"
     devices: Mapping[str, str] = field(default_factory=dict)
     kube_url: str | None = None
+    kubeconfig: Path | None = None
     render_node: Path | None = None
     max_encodes: int = DEFAULT_MAX_ENCODES
     clip_default_s: float = DEFAULT_CLIP_S
@@ -102,6 +104,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         card=env.get("CAPTURE_CARD", "card0"),
         devices=parse_devices(env.get("CAPTURE_DEVICES", "")),
         kube_url=env.get("CAPTURE_KUBE_URL") or None,
+        kubeconfig=Path(env["KUBECONFIG"]) if env.get("KUBECONFIG") else None,
         render_node=Path(render) if render else None,
         max_encodes=_positive_int(env, "CAPTURE_MAX_ENCODES", DEFAULT_MAX_ENCODES),
     )

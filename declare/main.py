@@ -33,6 +33,12 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
     help="API server URL; default: the pod's in-cluster service account.",
 )
 @click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A kubeconfig, to read Displays from outside a cluster (env KUBECONFIG).",
+)
+@click.option(
     "--api-timeout",
     default=5.0,
     show_default=True,
@@ -48,6 +54,7 @@ def declare_cmd(
     config: Path,
     node_name: str | None,
     api_server: str | None,
+    kubeconfig: Path | None,
     api_timeout: float,
     output_alias: tuple[str, ...],
     shell: str,
@@ -63,7 +70,12 @@ def declare_cmd(
 
     endpoint: kubeapi.Endpoint | None
     try:
-        endpoint = kubeapi.Endpoint(api_server) if api_server else kubeapi.in_cluster()
+        if api_server:
+            endpoint = kubeapi.Endpoint(api_server)
+        elif kubeconfig:
+            endpoint = kubeapi.from_kubeconfig(kubeconfig)
+        else:
+            endpoint = kubeapi.in_cluster()
     except kubeapi.ApiUnreachableError as err:
         logging.getLogger("declare").warning("%s: every monitor starts at its preferred mode", err)
         endpoint = None

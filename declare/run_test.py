@@ -188,6 +188,31 @@ def test_cli_dry_run_prints_the_file_and_writes_nothing(card_root: Path, kube: F
     assert not config.exists()
 
 
+def test_cli_reads_displays_through_a_kubeconfig(card_root: Path, kube: FakeKube) -> None:
+    _display(kube, "card0-hdmi-a-1", {"mode": "1280x720@60"})
+    kubeconfig = card_root / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{kube.url}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "declare",
+            f"--sysfs-root={card_root / 'sys'}",
+            f"--dev-root={card_root / 'dev'}",
+            f"--config={card_root / 'etc' / 'weston.ini'}",
+            f"--node-name={NODE}",
+            f"--kubeconfig={kubeconfig}",
+            "--dry-run",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert _outputs(result.output)["HDMI-A-1"]["mode"] == "1280x720@60"
+
+
 def test_cli_without_a_card_exits_non_zero_with_the_reason(card_root: Path) -> None:
     for node in (card_root / "dev" / "dri").iterdir():
         node.unlink()

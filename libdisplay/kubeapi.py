@@ -15,7 +15,10 @@ import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -38,11 +41,25 @@ class ApiStatusError(KubeApiError):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where the API server is and how to authenticate: a URL, a bearer token, a CA bundle."""
+    """Where the API server is and how to authenticate: a URL, a bearer token, a CA bundle,
+    or a whole TLS context (a kubeconfig's CA and client certificate)."""
 
     server: str
     token: str | None = None
     ca_file: Path | None = None
+    tls: ssl.SSLContext | None = None
+
+
+def from_kubeconfig(path: Path, *, context: str | None = None) -> Endpoint:
+    """The endpoint a kubeconfig names (`libdisplay.kubeconfig`), for use outside a cluster."""
+    from libdisplay import kubeconfig
+
+    try:
+        creds = kubeconfig.load(path, context=context)
+        tls = creds.ssl_context() if creds.server.startswith("https://") else None
+    except kubeconfig.KubeconfigError as err:
+        raise ApiUnreachableError(str(err)) from err
+    return Endpoint(server=creds.server, token=creds.token, tls=tls)
 
 
 def in_cluster(*, account_dir: Path = SERVICE_ACCOUNT) -> Endpoint:
@@ -70,7 +87,7 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
     if url.scheme == "https":
         import ssl  # only in-cluster reads need TLS, and its import costs declare's start-up
 
-        context = ssl.create_default_context(
+        context = endpoint.tls or ssl.create_default_context(
             cafile=str(endpoint.ca_file) if endpoint.ca_file else None
         )
         conn = http.client.HTTPSConnection(url.netloc, timeout=timeout, context=context)

@@ -1,0 +1,144 @@
+"""A kubeconfig file read into what a plain HTTPS client needs: server, credentials, TLS.
+
+The operator uses lightkube, which reads kubeconfigs itself; `declare` (standard library only,
+for its start-up budget) and `capture` (aiohttp) do not, yet run outside a cluster too: on the
+simulated node published into a real cluster with `simnode up --kubeconfig`. This module reads
+the current (or a named) context's cluster and user: bearer token (inline or `tokenFile`),
+client certificate and key (files or inline data), CA (file or inline data) and
+`insecure-skip-tls-verify`. Credential plugins (`exec`, `auth-provider`) are refused by name:
+running them is a client's job these binaries do not take on.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class KubeconfigError(Exception):
+    """The kubeconfig cannot be read or lacks what is needed; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A cluster and a user, resolved: paths made absolute, inline data decoded."""
+
+    server: str
+    token: str | None = None
+    ca_pem: bytes | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+    insecure: bool = False
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS for this cluster: its CA (or the system's), the client certificate if any."""
+        context = ssl.create_default_context(
+            cadata=self.ca_pem.decode("ascii", "replace") if self.ca_pem else None
+        )
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_pem and self.key_pem:
+            with _private_files(self.cert_pem, self.key_pem) as (cert, key):
+                try:
+                    context.load_cert_chain(cert, key)
+                except ssl.SSLError as err:
+                    raise KubeconfigError(f"client certificate or key unusable: {err}") from err
+        return context
+
+
+def load(path: Path, *, context: str | None = None) -> Credentials:
+    """The credentials of `context` (default: `current-context`) in the kubeconfig at `path`."""
+    import yaml  # only callers given a kubeconfig pay for it
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise KubeconfigError(f"cannot read kubeconfig {path}: {err}") from err
+    if not isinstance(doc, Mapping):
+        raise KubeconfigError(f"kubeconfig {path} is not a mapping")
+    name = context or doc.get("current-context")
+    if not name:
+        raise KubeconfigError(f"kubeconfig {path}: no current-context and no context given")
+    ctx = _named(doc, "contexts", "context", str(name), path)
+    cluster = _named(doc, "clusters", "cluster", str(ctx.get("cluster", "")), path)
+    user_name = ctx.get("user")
+    user = _named(doc, "users", "user", str(user_name), path) if user_name else {}
+    return _credentials(cluster, user, base=path.parent)
+
+
+def _named(doc: Mapping[str, Any], section: str, key: str, name: str,
+           path: Path) -> Mapping[str, Any]:
+    for entry in doc.get(section) or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            body = entry.get(key) or {}
+            if not isinstance(body, Mapping):
+                raise KubeconfigError(f"kubeconfig {path}: {section}[{name}].{key} is not a map")
+            return body
+    raise KubeconfigError(f"kubeconfig {path}: no {key} named {name!r} in {section}")
+
+
+def _credentials(cluster: Mapping[str, Any], user: Mapping[str, Any], *,
+                 base: Path) -> Credentials:
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
+        raise KubeconfigError(f"cluster.server {server!r} is not an http(s) URL")
+    for plugin in ("exec", "auth-provider"):
+        if user.get(plugin):
+            raise KubeconfigError(
+                f"user.{plugin}: credential plugins are not supported; use a token or a client "
+                "certificate"
+            )
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        token = _read(base, user["tokenFile"], "user.tokenFile").decode().strip()
+    return Credentials(
+        server=server.rstrip("/"),
+        token=str(token) if token else None,
+        ca_pem=_pem(cluster, "certificate-authority", base),
+        cert_pem=_pem(user, "client-certificate", base),
+        key_pem=_pem(user, "client-key", base),
+        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+    )
+
+
+def _pem(section: Mapping[str, Any], field: str, base: Path) -> bytes | None:
+    """`field-data` (base64) or `field` (a path, relative to the kubeconfig's directory)."""
+    data = section.get(f"{field}-data")
+    if data:
+        try:
+            return base64.b64decode(str(data), validate=True)
+        except binascii.Error as err:
+            raise KubeconfigError(f"{field}-data is not base64: {err}") from err
+    if section.get(field):
+        return _read(base, section[field], field)
+    return None
+
+
+def _read(base: Path, name: object, field: str) -> bytes:
+    try:
+        return (base / str(name)).read_bytes()
+    except OSError as err:
+        raise KubeconfigError(f"{field}: {err}") from err
+
+
+@contextlib.contextmanager
+def _private_files(*contents: bytes) -> Iterator[tuple[str, ...]]:
+    """The contents as files only this user can read, removed on exit (ssl loads from paths)."""
+    with tempfile.TemporaryDirectory(prefix="kubeconfig-") as tmp:
+        paths = []
+        for index, content in enumerate(contents):
+            path = os.path.join(tmp, str(index))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as file:
+                file.write(content)
+            paths.append(path)
+        yield tuple(paths)
