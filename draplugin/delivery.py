@@ -180,7 +180,13 @@ class LayoutDelivery:
             return 0
         restored = 0
         with self._connect(f"{len(wanted)} prepared claim(s)") as control:
+            # A restore may follow one already done (the plugin's own restart order, then
+            # the watchdog seeing the new pid): sockets the module still has are kept.
+            present = {c.claim_uid for c in control.list_claim_sockets()}
             for claim_uid, outputs in wanted:
+                if all(module_claim(claim_uid, o.device) in present for o in outputs):
+                    restored += 1
+                    continue
                 try:
                     self._create(control, claim_uid, outputs)
                 except DeliveryError as err:

@@ -8,6 +8,10 @@ by the pid file westonctl writes, after checking `/proc/<pid>/comm` says weston,
 pid file never kills a stranger. A stopped process takes no SIGTERM, and a hang is a crash:
 no restart order is written, so westonctl exits and the kubelet counts the restart. DEAD or
 ABSENT means there is nothing to kill: westonctl and the kubelet are already restarting it.
+
+A crash and restart quicker than one probe interval never shows as unavailable, yet the new
+compositor has none of the claims' sockets: the pid westonctl writes tells it apart, so an
+answering compositor with a new pid is reported to the listeners as available again.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ class Watchdog:
         self._kill = kill
         self._on_kill = on_kill
         self._hung = 0
+        self._pid: int | None = None
         self.availability: Availability | None = None
         self.kills = 0
 
@@ -156,9 +161,28 @@ class Watchdog:
     def _record(self, now: Availability) -> Availability:
         before = self.availability
         self.availability = now
-        if before is None or before.available != now.available:
+        changed = before is None or before.available != now.available
+        if changed:
             log.info("compositor %s: %s", "available" if now.available else "unavailable",
                      now.detail)
-            for listener in self._listeners:
-                listener(now)
+        new_pid = self._new_pid() if now.available else False
+        if changed or new_pid:
+            self._notify(now)
         return now
+
+    def _new_pid(self) -> bool:
+        """Whether the answering compositor has another pid than the last one that answered."""
+        try:
+            pid: int | None = compositor_pid(self._pid_file, proc=self._proc)
+        except NoCompositorPidError:
+            pid = None
+        before, self._pid = self._pid, pid
+        if before is None or pid is None or before == pid:
+            return False
+        log.info("compositor pid %d answers, last seen answering as pid %d: it restarted",
+                 pid, before)
+        return True
+
+    def _notify(self, now: Availability) -> None:
+        for listener in self._listeners:
+            listener(now)

@@ -126,3 +126,20 @@ def test_hung_without_a_weston_pid_kills_nothing(tmp_path: Path) -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(watchdog.WatchdogError, match="must be"):
         watchdog.Watchdog(Path("/nonexistent"), **kwargs)  # type: ignore[arg-type]
+
+
+def test_restart_between_probes_is_heard_as_available_again(tmp_path: Path) -> None:
+    """A crash and restart within one interval never probes unavailable; the new pid in the
+    pid file tells the listeners (who recreate the claims' sockets) all the same."""
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as first, weston.headless(renderer="noop") as second:
+        pid_file.write_text(f"{first.process.pid}\n")
+        dog = _dog(first.socket, pid_file, heard)
+        _steps_until(dog, until="available")
+        asyncio.run(dog.step())
+        assert len(heard) == 1
+        pid_file.write_text(f"{second.process.pid}\n")
+        asyncio.run(dog.step())
+        asyncio.run(dog.step())
+    assert [a.available for a in heard] == [True, True]
