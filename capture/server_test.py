@@ -24,8 +24,6 @@ from capture.main import cli
 from capture.testing import Compositor, Server
 from fakekube.server import FakeKube
 from libdisplay import fsutil
-from libdisplay.layout import LayoutCapture, LayoutControl
-from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
 
 RED = (255, 0, 0)
@@ -40,25 +38,8 @@ WAIT_S = 30.0
 @pytest.fixture(scope="module")
 def comp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compositor]:
     layout_so = build_layout(tmp_path_factory.mktemp("layout"))
-    with testing.compositor(layout_so, [X1, X2]) as compositor:
-        with LayoutControl(compositor.control) as control:
-            control.create_claim_socket(compositor.sockets / "a.sock", "X1", "claim-a")
-            control.create_claim_socket(compositor.sockets / "b.sock", "X2", "claim-b")
-        with (
-            SolidClient(compositor.sockets / "a.sock", colour=RED) as red,
-            SolidClient(compositor.sockets / "b.sock", colour=GREEN) as green,
-        ):
-            assert red.shown.wait(WAIT_S) and green.shown.wait(WAIT_S)
-            _wait_colour(compositor, "X1", RED)
-            _wait_colour(compositor, "X2", GREEN)
-            yield compositor
-
-
-def _wait_colour(comp: Compositor, output: str, colour: tuple[int, int, int]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    with LayoutCapture(comp.capture, timeout=WAIT_S) as capture:
-        while capture.frame(output).rgb(10, 10) != colour:
-            assert time.monotonic() < deadline, f"{output} never showed {colour}"
+    with testing.showing(layout_so, [(X1, RED), (X2, GREEN)]) as compositor:
+        yield compositor
 
 
 @pytest.fixture(scope="module")
@@ -454,38 +435,33 @@ def test_shoot_unknown_output_fails_clearly(comp: Compositor, tmp_path: Path) ->
 
 def test_4k_output_is_scaled_to_1080p_and_holds_two_slots(tmp_path: Path, kube: FakeKube) -> None:
     layout_so = build_layout(tmp_path)
-    with testing.compositor(layout_so, [(3840, 2160)]) as comp4k:
-        with LayoutControl(comp4k.control) as control:
-            control.create_claim_socket(comp4k.sockets / "a.sock", "X1", "claim-a")
-        with (
-            SolidClient(comp4k.sockets / "a.sock", colour=RED) as red,
-            testing.server(comp4k, kube_url=kube.url, devices=DEVICES) as server,
-        ):
-            assert red.shown.wait(WAIT_S)
-            _wait_colour(comp4k, "X1", RED)
-            status, _, body = server.get("/api/v1/outputs/X1/still.png", token="alice-token")
-            assert status == 200
-            assert testing.png_rgb(body, 1900, 1000) == (X1, RED)
+    with (
+        testing.showing(layout_so, [((3840, 2160), RED)]) as comp4k,
+        testing.server(comp4k, kube_url=kube.url, devices=DEVICES) as server,
+    ):
+        status, _, body = server.get("/api/v1/outputs/X1/still.png", token="alice-token")
+        assert status == 200
+        assert testing.png_rgb(body, 1900, 1000) == (X1, RED)
 
-            def fetch(seconds: str) -> tuple[int, bytes]:
-                got, _, data = server.get(
-                    f"/api/v1/outputs/X1/clip.mp4?seconds={seconds}", token="alice-token"
-                )
-                return got, data
+        def fetch(seconds: str) -> tuple[int, bytes]:
+            got, _, data = server.get(
+                f"/api/v1/outputs/X1/clip.mp4?seconds={seconds}", token="alice-token"
+            )
+            return got, data
 
-            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-                clip = pool.submit(fetch, "3")
-                # With two slots, one 4K clip holds both: a second request is refused.
-                deadline = time.monotonic() + WAIT_S
-                while b"display_capture_encode_slots_used 2.0" not in server.get("/metrics")[2]:
-                    assert time.monotonic() < deadline, "the 4K clip never held two slots"
-                    time.sleep(0.05)
-                assert fetch("1")[0] == 429
-                status, body = clip.result()
-            assert status == 200
-            assert ffprobe(body) == {
-                "codec_name": "h264",
-                "width": 1920,
-                "height": 1080,
-                "nb_read_frames": "90",
-            }
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            clip = pool.submit(fetch, "3")
+            # With two slots, one 4K clip holds both: a second request is refused.
+            deadline = time.monotonic() + WAIT_S
+            while b"display_capture_encode_slots_used 2.0" not in server.get("/metrics")[2]:
+                assert time.monotonic() < deadline, "the 4K clip never held two slots"
+                time.sleep(0.05)
+            assert fetch("1")[0] == 429
+            status, body = clip.result()
+        assert status == 200
+        assert ffprobe(body) == {
+            "codec_name": "h264",
+            "width": 1920,
+            "height": 1080,
+            "nb_read_frames": "90",
+        }
