@@ -135,8 +135,12 @@ def dev_root(root: Path) -> Path:
     return root / "dev"
 
 
-def write_tree(root: Path, card: SimCard) -> None:
-    """Add `card` to the simulated machine at `root`; other cards already there stay."""
+def write_tree(root: Path, card: SimCard, *, i2c_nodes: bool = True) -> None:
+    """Add `card` to the simulated machine at `root`; other cards already there stay.
+
+    `i2c_nodes=False` leaves the `/dev/i2c-N` files out, for a caller that puts its own
+    there (the simulated node serves a simulated monitor on a socket at each).
+    """
     sys_dir = sysfs_root(root)
     device = sys_dir / "devices" / _pci_path(card)
     card_dir = device / "drm" / card.name
@@ -159,7 +163,8 @@ def write_tree(root: Path, card: SimCard) -> None:
     nodes = [f"dri/{card.name}"]
     if card.render_minor is not None:
         nodes.append(f"dri/renderD{card.render_minor}")
-    nodes += [f"i2c-{c.i2c_bus}" for c in card.connectors if c.i2c_bus is not None]
+    if i2c_nodes:
+        nodes += [f"i2c-{c.i2c_bus}" for c in card.connectors if c.i2c_bus is not None]
     for node in nodes:
         path = dev_root(root) / node
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,16 @@ def test_card_behind_a_bridge(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("i2c_nodes", [True, False], ids=["dev-i2c-written", "dev-i2c-left-out"])
+def test_i2c_dev_nodes_can_be_left_to_the_caller(tmp_path: Path, i2c_nodes: bool) -> None:
+    write_tree(tmp_path, SimCard(connectors=(SimConnector("HDMI-A", i2c_bus=3),)),
+               i2c_nodes=i2c_nodes)
+    assert (dev_root(tmp_path) / "i2c-3").exists() is i2c_nodes
+    assert (dev_root(tmp_path) / "dri" / "card0").is_file()
+    (card,) = drm.enumerate_cards(sysfs_root=sysfs_root(tmp_path), dev_root=dev_root(tmp_path))
+    assert card.connectors[0].i2c_bus == 3, "sysfs still names the bus"
+
+
 def test_aux_adapter_sits_under_the_connector_without_a_ddc_link(tmp_path: Path) -> None:
     write_tree(tmp_path, SimCard(connectors=(SimConnector("DP", i2c_bus=8, aux_bus=True),)))
     connector = tmp_path / "sys/devices/pci0000:00/0000:00:02.0/drm/card0/card0-DP-1"

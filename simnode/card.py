@@ -2,20 +2,38 @@
 
 Each monitor has an EDID from the libdisplay builder with its own preferred mode, so the
 compositor starts every output at a different size; `Monitor.device` is the DRA device name
-the operator publishes for its connector.
+the operator publishes for its connector. Each connector's `ddc` link names an i2c bus, and
+`Monitor.ddc()` is the DDC/CI display side that `up` serves on a socket at that bus's
+`/dev/i2c-N` (`write_card` leaves those paths free for it).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from libdisplay import sysfs_tree
+from libdisplay import mccs, sysfs_tree
+from libdisplay.ddc_sim import Feature, SimulatedMonitor
 from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.modes import Mode
 
 CARD = "card0"
 MIN_MONITORS = 2
+# Shaped like real monitors' strings (Dell U2415, LG 27UL550): the usual colour and geometry
+# codes, brightness 10, contrast 12, input 60 with the monitor's three inputs, power D6.
+CAPABILITIES: Final = (
+    "(prot(monitor)type(LCD)model({model})cmds(01 02 03 07 0C E3 F3)"
+    "vcp(02 04 05 08 10 12 14(05 08 0B) 16 18 1A 52 60({inputs}) AC AE B2 B6 C6 C8 C9"
+    " D6(01 04 05) DF FD)mswhql(1)asset_eep(40)mccs_ver(2.1))"
+)
+# The inputs a monitor has, by the connector type it is plugged into; the first is that one.
+INPUTS: Final = {"HDMI-A": (0x11, 0x12, 0x0F), "DP": (0x0F, 0x10, 0x11)}
+# Factory settings, as most monitors ship.
+BRIGHTNESS: Final = 75
+CONTRAST: Final = 75
 
 
 class CardError(Exception):
@@ -31,6 +49,7 @@ class Monitor:
     name: str
     modes: tuple[Mode, ...]
     output: str
+    i2c_bus: int
 
     @property
     def connector(self) -> str:
@@ -58,12 +77,31 @@ class Monitor:
     def mode_names(self) -> tuple[str, ...]:
         return tuple(f"{m.width}x{m.height}" for m in self.modes)
 
+    def i2c_node(self, root: Path) -> Path:
+        """`<root>/dev/i2c-N`: where `up` serves this monitor's DDC/CI."""
+        return sysfs_tree.dev_root(root) / f"i2c-{self.i2c_bus}"
+
+    def capabilities(self) -> str:
+        inputs = INPUTS[self.type]
+        return CAPABILITIES.format(model=self.name.replace(" ", ""),
+                                   inputs=" ".join(f"{i:02X}" for i in sorted(inputs)))
+
+    def ddc(self, *, clock: Callable[[], float] = time.monotonic) -> SimulatedMonitor:
+        """The display side of this monitor's DDC/CI, set to the input it is plugged into."""
+        inputs = INPUTS[self.type]
+        return SimulatedMonitor(capabilities=self.capabilities(), edid=self.edid(), clock=clock,
+                                values={
+            mccs.BRIGHTNESS: Feature(BRIGHTNESS, 100),
+            mccs.CONTRAST: Feature(CONTRAST, 100),
+            mccs.INPUT_SOURCE: Feature(inputs[0], max(inputs), allowed=inputs),
+        })
+
 
 ALL_MONITORS = (
     Monitor("HDMI-A", 1, "Sim HDMI FHD",
-            (Mode(1920, 1080, 60000), Mode(1280, 720, 60000), Mode(1024, 768, 60000)), "X1"),
-    Monitor("DP", 1, "Sim DP SXGA", (Mode(1280, 1024, 60000), Mode(1024, 768, 60000)), "X2"),
-    Monitor("DP", 2, "Sim DP HD+", (Mode(1600, 900, 60000), Mode(1280, 720, 60000)), "X3"),
+            (Mode(1920, 1080, 60000), Mode(1280, 720, 60000), Mode(1024, 768, 60000)), "X1", 3),
+    Monitor("DP", 1, "Sim DP SXGA", (Mode(1280, 1024, 60000), Mode(1024, 768, 60000)), "X2", 4),
+    Monitor("DP", 2, "Sim DP HD+", (Mode(1600, 900, 60000), Mode(1280, 720, 60000)), "X3", 5),
 )
 
 
@@ -86,12 +124,14 @@ def find(chosen: tuple[Monitor, ...], device: str) -> Monitor:
 
 
 def write_card(root: Path, chosen: tuple[Monitor, ...]) -> None:
-    """The card's sysfs tree and device nodes under `root`, every monitor plugged in."""
+    """The card's sysfs tree and DRM device nodes under `root`, every monitor plugged in; the
+    `/dev/i2c-N` paths are left for `up`'s monitor sockets."""
     connectors = tuple(
-        sysfs_tree.SimConnector(type=m.type, index=m.index, edid=m.edid(), modes=m.mode_names())
+        sysfs_tree.SimConnector(type=m.type, index=m.index, edid=m.edid(), modes=m.mode_names(),
+                                i2c_bus=m.i2c_bus)
         for m in chosen
     )
-    sysfs_tree.write_tree(root, sysfs_tree.SimCard(connectors=connectors))
+    sysfs_tree.write_tree(root, sysfs_tree.SimCard(connectors=connectors), i2c_nodes=False)
 
 
 def plug(root: Path, monitor: Monitor, *, connected: bool) -> None:

@@ -1,4 +1,5 @@
-"""card: the simulated monitors, their lookup by any of their names, and plugging them."""
+"""card: the simulated monitors, their lookup by any of their names, plugging them, and the
+DDC/CI each one answers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay import drm
+from draplugin.node import ddcmap
+from libdisplay import drm, sysfs_tree
+from libdisplay.ddc import DdcClient
+from libdisplay.ddc_sim import FakeClock
 from libdisplay.edid import decode_edid
 from simnode import card
 
@@ -46,3 +50,34 @@ def test_plug_out_and_in_changes_what_sysfs_says(tmp_path: Path) -> None:
     assert status.read_text() == "connected\n"
     found = drm.read_card("card0", sysfs_root=tmp_path / "sys")
     assert {c.name for c in found.connectors if c.connected} == {"card0-HDMI-A-1", "card0-DP-1"}
+
+
+def test_each_connector_names_its_bus_and_the_dev_node_is_left_free(tmp_path: Path) -> None:
+    chosen = card.monitors(3)
+    card.write_card(tmp_path, chosen)
+    (found,) = drm.enumerate_cards(sysfs_root=tmp_path / "sys", dev_root=tmp_path / "dev")
+    buses = {c.device_name: c.i2c_bus for c in found.connectors}
+    assert buses == {m.device: m.i2c_bus for m in chosen}
+    assert [m.i2c_node(tmp_path) for m in chosen if m.i2c_node(tmp_path).exists()] == []
+    assert ddcmap.delivered_buses(sysfs_tree.dev_root(tmp_path)) == ()
+
+
+@pytest.mark.parametrize(
+    ("device", "inputs", "current"),
+    [("card0-hdmi-a-1", ("DisplayPort-1", "HDMI-1", "HDMI-2"), "HDMI-1"),
+     ("card0-dp-1", ("DisplayPort-1", "DisplayPort-2", "HDMI-1"), "DisplayPort-1")],
+    ids=["hdmi", "dp"],
+)
+def test_the_operators_probe_reads_each_monitor_on_its_own_input(
+    device: str, inputs: tuple[str, ...], current: str
+) -> None:
+    monitor = card.find(card.monitors(3), device)
+    clock = FakeClock()
+    client = DdcClient(monitor.ddc(clock=clock), sleep=clock.sleep, clock=clock)
+    state = ddcmap.probe(client)
+    assert state.supported and state.capabilities == monitor.capabilities()
+    assert {0x10, 0x12, 0x60, 0xD6} <= set(state.vcp_codes)
+    assert (state.inputs, state.input) == (inputs, current)
+    assert (state.brightness, state.contrast, state.power) == (card.BRIGHTNESS, card.CONTRAST,
+                                                               "on")
+    assert client.read_edid() == monitor.edid()

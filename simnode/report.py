@@ -13,6 +13,7 @@ from typing import Any, Final, TextIO
 
 from libdisplay import display
 from libdisplay.cdi import DRIVER
+from simnode import card
 from simnode.state import Layout, State
 
 JsonObject = dict[str, Any]
@@ -23,6 +24,7 @@ SLICE_API: Final = "resource.k8s.io/v1"
 _PLURALS: Final = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
                    "Display": display.PLURAL}
 _TIMEOUT_S: Final = 10.0
+_DDC_VALUES: Final = ("brightness", "contrast", "input", "power")
 
 
 class ReportError(Exception):
@@ -83,7 +85,18 @@ def display_lines(objects: Objects) -> list[str]:
             f"  {obj['metadata']['name']}: connected={status.get('connected')}"
             f" currentMode={status.get('currentMode', '-')} spec.mode={spec_mode}"
         )
+        lines.append(f"    ddc: {_ddc_summary(status.get('ddc'))}")
     return lines or ["  (none)"]
+
+
+def _ddc_summary(ddc: JsonObject | None) -> str:
+    """What the operator's last DDC/CI probe of the monitor found."""
+    if ddc is None:
+        return "not probed"
+    if not ddc.get("supported"):
+        return "no answer"
+    shown = [f"{k}={ddc[k]}" for k in _DDC_VALUES if k in ddc]
+    return " ".join(shown) or "answers"
 
 
 def claim_lines(objects: Objects) -> list[str]:
@@ -96,6 +109,7 @@ def claim_lines(objects: Objects) -> list[str]:
 
 
 def paths_lines(layout: Layout, state: State) -> list[str]:
+    monitors = card.monitors(state.monitors)
     return [
         f"  state dir:     {layout.root}",
         f"  api server:    {state.api_url}",
@@ -106,6 +120,8 @@ def paths_lines(layout: Layout, state: State) -> list[str]:
         f"  capture:       {layout.capture_socket}",
         f"  registration:  {layout.registration_socket}",
         f"  cdi specs:     {layout.cdi_dir}",
+        f"  DDC/CI:        {' '.join(m.i2c_node(layout.root).name for m in monitors)} sockets in"
+        f" {layout.root / 'dev'}",
         f"  logs:          {layout.logs}",
         f"  Xvfb:          DISPLAY={state.xvfb_display}",
     ]

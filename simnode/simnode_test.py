@@ -1,7 +1,8 @@
 """End to end: `simnode up` as a process, driven by its own subcommands, the way a user would.
 
 One node for the module (starting it builds the layout module and starts Xvfb, weston and the
-operator). The tests run in file order: status, a claim with a mode on the real compositor
+operator). The tests run in file order: status, DDC/CI found on every simulated monitor, a
+claim with a brightness read back from the monitor, a claim with a mode on the real compositor
 and its release, a monitor pulled and plugged back, a hung compositor, and last SIGTERM, after
 which no process of the node may be left. The node's fake apiserver runs inside `up`; the tests
 read it over HTTP at the URL in the state file.
@@ -21,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from libdisplay import mccs
+from libdisplay.ddc import DdcClient
+from libdisplay.ddc_socket import SocketI2c
 from libdisplay.processes import Process, start
 from libdisplay.wayland import list_outputs
 from simnode.report import READY_LINE, ApiReader, JsonObject, slice_devices
@@ -29,6 +33,8 @@ from simnode.state import Layout, alive
 START_TIMEOUT_S = 240.0
 HOTPLUG_TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 90.0
+# The operator probes each monitor's DDC/CI after it first publishes (about 2 s a monitor).
+DDC_TIMEOUT_S = 60.0
 COMMAND_TIMEOUT_S = 120.0
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +67,11 @@ class Sim:
 
     def wait(self, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
         self.process.wait_until(ready, timeout=timeout, what=what)
+
+    def i2c(self, connector: str) -> Path:
+        """The monitor socket at the bus the connector's sysfs `ddc` link names."""
+        link = self.layout.root / "sys" / "class" / "drm" / connector / "ddc"
+        return self.layout.root / "dev" / Path(os.readlink(link)).name
 
 
 def _dist() -> Path:
@@ -106,6 +117,34 @@ def test_up_prints_the_devices_and_status_lists_them(sim: Sim) -> None:
         assert f"sim-node-1.{device}: connected=True" in status
     assert sim.modes() == {"X1": "1920x1080@60", "X2": "1280x1024@60", "X3": "1600x900@60"}
     assert "display_slice_publishes_total" in status
+
+
+def _ddc_attributes(sim: Sim) -> dict[str, object]:
+    return {name: device["attributes"].get("ddc", {}).get("bool")
+            for name, device in sim.devices().items()}
+
+
+def test_every_monitor_answers_ddc_ci_on_its_bus(sim: Sim) -> None:
+    sim.wait(lambda: _ddc_attributes(sim) == dict.fromkeys(DEVICES, True),
+             timeout=DDC_TIMEOUT_S, what="the slice says ddc=true for every device")
+    status = sim.run("status")
+    assert status.count("    ddc: brightness=75 contrast=75 input=") == len(DEVICES)
+    assert "input=HDMI-1 power=on" in status and "input=DisplayPort-1 power=on" in status
+
+
+def _brightness(path: Path) -> int:
+    """Read the monitor itself over its bus, as ddcutil would on a real node."""
+    with SocketI2c(path) as bus:
+        return DdcClient(bus).get_vcp(mccs.BRIGHTNESS).current
+
+
+def test_claim_with_a_brightness_sets_the_monitor(sim: Sim) -> None:
+    bus = sim.i2c("card0-HDMI-A-1")
+    assert _brightness(bus) == 75
+    uid = sim.run("claim", "card0-hdmi-a-1", "--brightness=40").split()[-1]
+    assert _brightness(bus) == 40
+    assert _brightness(sim.i2c("card0-DP-1")) == 75, "only the claimed monitor changes"
+    sim.run("release", uid)
 
 
 def _png_size(path: Path) -> tuple[int, int]:

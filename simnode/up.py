@@ -1,7 +1,9 @@
 """`simnode up`: start the whole node, print what it published, run until Ctrl-C or SIGTERM.
 
-Order, as in the pod: the simulated card; the fake apiserver (Display CRD, the Node that owns
-the slice); the layout module built into the state dir; Xvfb; `declare` (run to completion);
+Order, as in the pod: the simulated card, with a simulated DDC/CI monitor served on a unix
+socket at each connector's `dev/i2c-N` (in this process, until it stops); the fake apiserver
+(Display CRD, the Node that owns the slice); the layout module built into the state dir; Xvfb;
+`declare` (run to completion);
 `westonctl` with weston's x11 outputs X1..Xn aliased to the connectors; the `draplugin`
 operator with its node publisher; then the kubelet's registration handshake. Every child runs
 in its own session and is stopped and reaped by pid on the way out. westonctl and the operator
@@ -28,15 +30,16 @@ from typing import Any, Final, TextIO
 
 import yaml
 
+from fakekube.kubelet import Kubelet
 from fakekube.server import FakeKube
 from fakekube.testing import node as node_object
 from libdisplay import fsutil
 from libdisplay.cdi import DRIVER
+from libdisplay.ddc_socket import MonitorServer, SocketBusError
+from libdisplay.processes import Process, start, unix_socket_accepts
 from libdisplay.wayland import Liveness, probe
 from simnode import card, clients, report
 from simnode.state import NODE_NAME, Layout, State, check_free, save
-from tests.support.kubelet import Kubelet
-from tests.support.processes import Process, start, unix_socket_accepts
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def serve_monitors(root: Path, chosen: tuple[card.Monitor, ...]) -> dict[str, MonitorServer]:
+    """Each monitor's DDC/CI served on a socket at its connector's `<root>/dev/i2c-N`, by
+    device name; when one cannot be served, those already started are stopped."""
+    servers: dict[str, MonitorServer] = {}
+    try:
+        for monitor in chosen:
+            server = servers[monitor.device] = MonitorServer(monitor.i2c_node(root),
+                                                             monitor.ddc())
+            server.start()
+    except SocketBusError as exc:
+        stop_monitors(servers)
+        raise UpError(f"cannot serve the DDC/CI of {monitor.device}: {exc}") from exc
+    return servers
+
+
+def stop_monitors(servers: dict[str, MonitorServer]) -> None:
+    for server in servers.values():
+        server.stop()
+    servers.clear()
+
+
 class Node:
     """The children of one `up`, in start order; `stop` stops them in reverse."""
 
@@ -116,6 +140,7 @@ class Node:
         self.kube = FakeKube()
         self.metrics_port = free_port()
         self.xvfb_display = ""
+        self.monitors: dict[str, MonitorServer] = {}
         self.children: dict[str, Process] = {}
         self._argv: dict[str, tuple[list[str], dict[str, str]]] = {}
 
@@ -128,6 +153,8 @@ class Node:
         layout.clients.mkdir(parents=True, exist_ok=True)
         layout.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         card.write_card(layout.root, self.chosen)
+        # Before the operator starts: it probes the monitors as soon as it has read the card.
+        self.monitors = serve_monitors(layout.root, self.chosen)
         self._start_kube()
         self._build_layout()
         self._start_xvfb()
@@ -283,6 +310,7 @@ class Node:
             log.info("%s stopped: rc %s%s", name, status.returncode,
                      " (SIGKILL)" if status.killed else "")
         self.children.clear()
+        stop_monitors(self.monitors)
         _stop_clients(self.layout)
         self.kube.stop()
 

@@ -1,4 +1,5 @@
-"""up: what it checks before starting anything, with the message a user acts on."""
+"""up: what it checks before starting anything, with the message a user acts on, and the
+simulated monitors it serves on the card's i2c buses."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from simnode import up
+from draplugin.node import ddcmap
+from libdisplay import mccs, sysfs_tree
+from libdisplay.ddc import DdcClient
+from libdisplay.ddc_socket import SocketI2c
+from simnode import card, up
 
 
 def test_missing_tools_name_the_debian_packages(monkeypatch: pytest.MonkeyPatch,
@@ -35,3 +40,29 @@ def test_default_dist(monkeypatch: pytest.MonkeyPatch, pex: str | None, expected
     else:
         monkeypatch.setenv("PEX", pex)
     assert up.default_dist() == expected
+
+
+def test_monitors_are_served_where_the_operator_looks_and_stop_with_up(tmp_path: Path) -> None:
+    chosen = card.monitors(2)
+    card.write_card(tmp_path, chosen)
+    servers = up.serve_monitors(tmp_path, chosen)
+    try:
+        dev = sysfs_tree.dev_root(tmp_path)
+        assert ddcmap.delivered_buses(dev) == tuple(m.i2c_bus for m in chosen)
+        for monitor in chosen:
+            with SocketI2c(monitor.i2c_node(tmp_path)) as bus:
+                assert DdcClient(bus).get_vcp(mccs.BRIGHTNESS).current == card.BRIGHTNESS
+    finally:
+        up.stop_monitors(servers)
+    assert servers == {}
+    assert [m for m in chosen if m.i2c_node(tmp_path).exists()] == []
+
+
+def test_a_bus_that_cannot_be_served_stops_the_others(tmp_path: Path) -> None:
+    chosen = card.monitors(3)
+    card.write_card(tmp_path, chosen)
+    chosen[1].i2c_node(tmp_path).touch()  # a plain file, as an older tree had there
+    with pytest.raises(up.UpError, match="cannot serve the DDC/CI of card0-dp-1: .*i2c-4"):
+        up.serve_monitors(tmp_path, chosen)
+    assert not chosen[0].i2c_node(tmp_path).exists(), "the first one's socket is removed"
+    assert not chosen[2].i2c_node(tmp_path).exists(), "the last one was never started"

@@ -13,8 +13,10 @@ needs between commands, and a prepare and a background probe may reach the same 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -32,6 +34,7 @@ from libdisplay.ddc import (
     UnsupportedVcpError,
     VcpReading,
 )
+from libdisplay.ddc_socket import SocketI2c
 from libdisplay.drm import Card, Connector
 
 log = logging.getLogger(__name__)
@@ -75,19 +78,33 @@ def delivered_buses(dev_root: Path) -> tuple[int, ...]:
     return tuple(sorted(int(m["bus"]) for m in map(_I2C_NODE.match, names) if m))
 
 
-class Buses:
-    """One DdcClient per bus, opened on first use and used under the bus's lock."""
+def open_i2c(dev_root: Path, bus: int) -> Transport:
+    """The transport for `dev_root/i2c-N`. A unix socket there is a simulated monitor: the
+    simulated node serves one per bus (`libdisplay.ddc_socket`) where it has no i2c-dev; a real
+    node only ever has the character device."""
+    path = dev_root / f"i2c-{bus}"
+    try:
+        is_socket = stat.S_ISSOCK(path.stat().st_mode)
+    except OSError:
+        is_socket = False  # LinuxI2c's open names the path and the errno
+    return SocketI2c(path) if is_socket else LinuxI2c(path)
 
-    def __init__(self, *, open_bus: OpenBus = LinuxI2c.bus,
+
+class Buses:
+    """One DdcClient per bus, opened on first use and used under the bus's lock. Buses are the
+    `i2c-N` nodes under `dev_root` unless `open_bus` opens them otherwise."""
+
+    def __init__(self, *, dev_root: Path = Path("/dev"), open_bus: OpenBus | None = None,
                  client: ClientFactory = DdcClient) -> None:
-        self._open_bus = open_bus
+        self._open_bus = open_bus or functools.partial(open_i2c, dev_root)
         self._client = client
         self._clients: dict[int, DdcClient] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
 
     def run(self, bus: int, operation: Callable[[DdcClient], T]) -> T:
-        """`operation(client)` on bus `bus`, alone on that bus. OSError when it cannot open."""
+        """`operation(client)` on bus `bus`, alone on that bus. A bus that cannot be opened
+        raises the opener's error: TransportError from LinuxI2c and SocketI2c, or OSError."""
         with self._guard:
             lock = self._locks.setdefault(bus, threading.Lock())
         with lock:
@@ -153,7 +170,7 @@ async def probe_all(devices: Mapping[str, int], *, access: Buses,
     for device, task in tasks.items():
         try:
             found[device] = await task
-        except (TimeoutError, OSError) as err:
+        except (TimeoutError, OSError, DdcError) as err:
             log.warning("DDC/CI probe of %s gave no result: %s", device, err or "timed out")
     return found
 
@@ -211,9 +228,11 @@ def _set(client: DdcClient, setting: str, code: int, value: int) -> int:
 class ClaimDdc:
     """Part 1's `DdcHook`: applies a prepared claim's DDC/CI settings to its monitor."""
 
-    def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]],
+                 on_applied: Callable[[str, DisplayConfig], None] | None = None) -> None:
         self._access = access
         self._buses = buses
+        self._on_applied = on_applied
 
     def check(self, connector: Connector, config: DisplayConfig) -> None:
         """Apply the settings; ClaimConfigError (the claim's error) names the failing one."""
@@ -230,8 +249,10 @@ class ClaimDdc:
                 input=config.input, power=config.power))
         except DdcSettingError as err:
             raise ClaimConfigError(f"{connector.name}: DDC/CI {err}") from err
-        except OSError as err:
+        except (DdcError, OSError) as err:
             raise ClaimConfigError(f"{connector.name}: cannot open i2c-{bus}: {err}") from err
+        if self._on_applied is not None:
+            self._on_applied(connector.device_name, config)
 
 
 def _percent(client: DdcClient, code: int) -> int | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,9 @@ import pytest
 from draplugin.claimconfig import ClaimConfigError, DisplayConfig
 from draplugin.node import ddcmap
 from libdisplay import drm, mccs, sysfs_tree
-from libdisplay.ddc import DdcClient, Transport
+from libdisplay.ddc import DdcClient, LinuxI2c, Transport, TransportError
 from libdisplay.ddc_sim import FakeClock, Feature, SimulatedMonitor
+from libdisplay.ddc_socket import MonitorServer, SocketI2c
 from libdisplay.edid_build import EdidParams, build_edid
 
 CAPS = (
@@ -23,10 +27,15 @@ A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))
 
 
-def _access(monitors: dict[int, SimulatedMonitor], clock: FakeClock) -> ddcmap.Buses:
+def _missing(bus: int) -> Exception:
+    return FileNotFoundError(f"/dev/i2c-{bus}")
+
+
+def _access(monitors: dict[int, SimulatedMonitor], clock: FakeClock, *,
+            missing: Callable[[int], Exception] = _missing) -> ddcmap.Buses:
     def open_bus(bus: int) -> Transport:
         if bus not in monitors:
-            raise FileNotFoundError(f"/dev/i2c-{bus}")
+            raise missing(bus)
         return monitors[bus]
 
     return ddcmap.Buses(open_bus=open_bus,
@@ -73,9 +82,15 @@ def test_probe_of_a_silent_monitor_says_unsupported() -> None:
     assert ddcmap.probe(_client(monitor, clock)).supported is False
 
 
-def test_probe_all_leaves_out_unopenable_buses() -> None:
+def _cannot_open(bus: int) -> Exception:
+    return TransportError(f"cannot open /dev/i2c-{bus}: No such file", errno=errno.ENOENT)
+
+
+@pytest.mark.parametrize("missing", [_missing, _cannot_open], ids=["os-error", "transport-error"])
+def test_probe_all_leaves_out_unopenable_buses(missing: Callable[[int], Exception]) -> None:
     clock = FakeClock()
-    access = _access({3: SimulatedMonitor(capabilities=CAPS, clock=clock)}, clock)
+    access = _access({3: SimulatedMonitor(capabilities=CAPS, clock=clock)}, clock,
+                     missing=missing)
     found = asyncio.run(ddcmap.probe_all({"card0-hdmi-a-1": 3, "card0-dp-1": 4}, access=access,
                                          timeout=30))
     assert list(found) == ["card0-hdmi-a-1"] and found["card0-hdmi-a-1"].supported
@@ -141,3 +156,58 @@ def test_claim_hook_applies_or_fails_the_claim(tmp_path: Path) -> None:
     with pytest.raises(ClaimConfigError, match="no i2c bus"):
         hook.check(dp, DisplayConfig(brightness=20))
     hook.check(dp, DisplayConfig())  # nothing stated: nothing to do, no bus needed
+
+
+
+def _hdmi_on_bus(root: Path, bus: int) -> drm.Connector:
+    """The HDMI connector of a simulated card whose `ddc` link names i2c-`bus`; its /dev node
+    is left for the test to put there."""
+    sysfs_tree.write_tree(root, sysfs_tree.SimCard(connectors=(
+        sysfs_tree.SimConnector(type="HDMI-A", edid=A, i2c_bus=bus),)))
+    sysfs_tree.dev_root(root).joinpath(f"i2c-{bus}").unlink()
+    (card,) = drm.enumerate_cards(sysfs_root=sysfs_tree.sysfs_root(root),
+                                  dev_root=sysfs_tree.dev_root(root))
+    (connector,) = card.connectors
+    return connector
+
+
+def test_claim_hook_fails_the_claim_when_the_bus_cannot_be_opened(tmp_path: Path) -> None:
+    hook = ddcmap.ClaimDdc(_access({}, FakeClock(), missing=_cannot_open), buses=dict)
+    with pytest.raises(ClaimConfigError, match="cannot open i2c-3: cannot open /dev/i2c-3"):
+        hook.check(_hdmi_on_bus(tmp_path, 3), DisplayConfig(brightness=20))
+
+
+@pytest.mark.parametrize(
+    ("node", "transport"),
+    [("socket", SocketI2c), ("file", LinuxI2c)],
+    ids=["socket-is-simulated", "device-is-linux-i2c"],
+)
+def test_the_default_opener_picks_the_transport_by_file_type(tmp_path: Path, node: str,
+                                                             transport: type[object]) -> None:
+    path = tmp_path / "i2c-6"
+    with contextlib.ExitStack() as stack:
+        if node == "socket":
+            stack.enter_context(MonitorServer(path, SimulatedMonitor()))
+        else:
+            path.touch()  # what sysfs_tree leaves for a device node
+        opened = ddcmap.open_i2c(tmp_path, 6)
+        assert isinstance(opened, SocketI2c | LinuxI2c)
+        stack.callback(opened.close)
+        assert type(opened) is transport
+
+
+def test_the_default_opener_names_a_missing_node_under_the_dev_root(tmp_path: Path) -> None:
+    with pytest.raises(TransportError, match=f"cannot open {tmp_path}/i2c-6") as caught:
+        ddcmap.Buses(dev_root=tmp_path).run(6, lambda client: client.get_vcp(mccs.BRIGHTNESS))
+    assert caught.value.errno == errno.ENOENT
+
+
+def test_a_claim_sets_a_monitor_served_on_the_dev_roots_socket(tmp_path: Path) -> None:
+    connector = _hdmi_on_bus(tmp_path, 3)
+    monitor = SimulatedMonitor(capabilities=CAPS, values={mccs.BRIGHTNESS: 50})
+    dev = sysfs_tree.dev_root(tmp_path)
+    with MonitorServer(dev / "i2c-3", monitor):
+        assert ddcmap.delivered_buses(dev) == (3,)
+        hook = ddcmap.ClaimDdc(ddcmap.Buses(dev_root=dev), buses=dict)
+        hook.check(connector, DisplayConfig(brightness=40))
+    assert monitor.value(mccs.BRIGHTNESS) == 40

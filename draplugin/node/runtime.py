@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
+from draplugin.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, slices, watchdog
 from libdisplay import drm, wayland
 
@@ -76,7 +78,7 @@ class NodeRuntime:
         self.metrics = registry or metrics.Metrics()
         self._client = client
         self._source = source
-        self.buses = buses or ddcmap.Buses()
+        self.buses = buses or ddcmap.Buses(dev_root=config.dev_root)
         self._observed = _Observed()
         self._bus_map: dict[str, int] = {}
         self.publisher = slices.Publisher(
@@ -92,6 +94,7 @@ class NodeRuntime:
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what the plugin side uses ---------------------------------------------------------------
 
@@ -105,7 +108,28 @@ class NodeRuntime:
 
     def ddc_hook(self) -> ddcmap.ClaimDdc:
         """Part 1's DdcHook, sharing this runtime's buses and bus map."""
-        return ddcmap.ClaimDdc(self.buses, buses=lambda: self._bus_map)
+        return ddcmap.ClaimDdc(self.buses, buses=lambda: self._bus_map,
+                               on_applied=self._ddc_applied_from_thread)
+
+    def _ddc_applied_from_thread(self, device: str, config: DisplayConfig) -> None:
+        # Prepares run on gRPC threads; the observed state belongs to the event loop.
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.ddc_applied, device, config)
+
+    def ddc_applied(self, device: str, config: DisplayConfig) -> None:
+        """A claim's settings, applied and read back, become the monitor's observed state
+        (written with the claim at the next Display refresh) without a new probe."""
+        state = self._observed.ddc.get(device)
+        if state is None:
+            return
+        power = {"suspend": "standby"}.get(config.power, config.power) if config.power else None
+        self._observed.ddc[device] = dataclasses.replace(
+            state,
+            brightness=state.brightness if config.brightness is None else config.brightness,
+            contrast=state.contrast if config.contrast is None else config.contrast,
+            input=config.input or state.input,
+            power=cast(displays.Power | None, power) or state.power,
+        )
 
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
         """The claims holding devices now (device name → claim), for the Display status;
@@ -130,6 +154,7 @@ class NodeRuntime:
 
     async def run(self) -> None:
         """Until cancelled. Uses the real netlink source unless one was given."""
+        self._loop = asyncio.get_running_loop()
         source = self._source or hotplug.UdevEvents()
         scan = functools.partial(drm.enumerate_cards, sysfs_root=self.config.sysfs_root,
                                  dev_root=self.config.dev_root)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from draplugin.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from fakekube.client import async_client
 from fakekube.server import FakeKube
@@ -78,7 +79,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
             watchdog_interval=0.1, probe_timeout=0.5, aliases={"HDMI-A-1": "headless"})
         source = hotplug.QueueEvents()
 
-        async def main() -> tuple[runtime.NodeRuntime, dict[str, Any]]:
+        async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any]]:
             client = async_client(fake.url)
             node = runtime.NodeRuntime(client, config, source=source,
                                        buses=_buses({3: SimulatedMonitor(capabilities=CAPS)}))
@@ -92,6 +93,17 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 await _until(lambda: "currentMode" in _display_status(fake, "card0-hdmi-a-1"),
                              "the Display shows the mode weston runs")
                 running = _display_status(fake, "card0-hdmi-a-1")
+                # A claim's settings, applied on a gRPC thread, show in the status at the
+                # refresh that follows a prepare, without a new probe.
+                assert node.hotplug is not None
+                (hdmi,) = (c for card in node.hotplug.cards for c in card.connectors
+                           if c.connected)
+                await asyncio.to_thread(node.ddc_hook().check, hdmi,
+                                        DisplayConfig(brightness=40, power="off"))
+                await _until(lambda: node._observed.ddc["card0-hdmi-a-1"].brightness == 40,
+                             "the applied brightness is observed")
+                await node.refresh()
+                applied = _display_status(fake, "card0-hdmi-a-1")["ddc"]
                 sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
                 source.inject()
                 await _until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
@@ -103,9 +115,10 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 await client.close()
-            return node, running
+            return node, running, applied
 
-        node, running = asyncio.run(main())
+        node, running, applied = asyncio.run(main())
+        assert (applied["brightness"], applied["power"]) == (40, "off")
         assert w.process.wait(timeout=10) == -signal.SIGKILL
         assert running["currentMode"].startswith("1024x640")
         assert running["currentTransform"] == "normal" and running["currentScale"] == 1
