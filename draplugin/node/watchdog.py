@@ -1,8 +1,10 @@
 """The compositor watchdog: probe weston's socket every second, SIGKILL it when it hangs.
 
 A probe is `libdisplay.wayland.probe` (registry + sync round trip). Answering → available.
-Anything else → unavailable, and the listeners hear it once per change (taint the devices,
-report them Unhealthy, refuse prepares; and the reverse when it answers again). HUNG (connected
+DEAD or ABSENT → unavailable at once; HUNG → unavailable from the `miss_limit`th in a row (one
+slow answer on a loaded node is not an outage, and each flap would rewrite the slice twice).
+The listeners hear each change once (taint the devices, report them Unhealthy, refuse
+prepares; and the reverse when it answers again). HUNG (connected
 but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston named
 by the pid file westonctl writes, after checking `/proc/<pid>/comm` says weston, so a stale
 pid file never kills a stranger. A stopped process takes no SIGTERM, and a hang is a crash:
@@ -84,13 +86,14 @@ class Watchdog:
         interval: float = 1.0,
         timeout: float = 1.0,
         hung_limit: int = 3,
+        miss_limit: int = 2,
         kill: Killer = os.kill,
         on_kill: Callable[[int], None] | None = None,
     ) -> None:
-        if interval <= 0 or timeout <= 0 or hung_limit < 1:
+        if interval <= 0 or timeout <= 0 or hung_limit < 1 or miss_limit < 1:
             raise WatchdogError(
                 f"interval {interval!r} and timeout {timeout!r} must be positive, "
-                f"hung_limit {hung_limit!r} at least 1"
+                f"hung_limit {hung_limit!r} and miss_limit {miss_limit!r} at least 1"
             )
         self._socket = socket
         self._listeners = list(listeners)
@@ -99,6 +102,7 @@ class Watchdog:
         self._interval = interval
         self._timeout = timeout
         self._hung_limit = hung_limit
+        self._miss_limit = miss_limit
         self._kill = kill
         self._on_kill = on_kill
         self._hung = 0
@@ -132,6 +136,10 @@ class Watchdog:
                 self._kill_compositor(found)
         else:
             self._hung = 0
+        if 0 < self._hung < self._miss_limit and self.available:
+            log.info("compositor missed a probe (%s); unavailable after %d in a row",
+                     found.detail, self._miss_limit)
+            return found
         return self._record(found)
 
     def _probe(self) -> Availability:

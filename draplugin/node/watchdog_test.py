@@ -61,11 +61,27 @@ def test_hang_that_ends_in_time_recovers_without_kill(tmp_path: Path) -> None:
         dog = _dog(w.socket, pid_file, heard)
         _steps_until(dog, until="available")
         w.process.send_signal(signal.SIGSTOP)
-        assert asyncio.run(dog.step()).state is Liveness.HUNG
+        assert [asyncio.run(dog.step()).state for _ in range(2)] == [Liveness.HUNG] * 2
         w.process.send_signal(signal.SIGCONT)
         _steps_until(dog, until="available")
         assert dog.kills == 0 and not w.process.exited()
     assert [a.available for a in heard] == [True, False, True]
+
+
+def test_one_missed_probe_is_not_an_outage(tmp_path: Path) -> None:
+    """A compositor slow to answer once (a loaded node) is not tainted: no flap, no rewrite."""
+    pid_file = tmp_path / "weston.pid"
+    heard: list[watchdog.Availability] = []
+    with weston.headless(renderer="noop") as w:
+        pid_file.write_text(f"{w.process.pid}\n")
+        dog = _dog(w.socket, pid_file, heard)
+        _steps_until(dog, until="available")
+        w.process.send_signal(signal.SIGSTOP)
+        assert asyncio.run(dog.step()).state is Liveness.HUNG
+        assert dog.available
+        w.process.send_signal(signal.SIGCONT)
+        assert asyncio.run(dog.step()).state is Liveness.ANSWERING
+    assert [a.available for a in heard] == [True]
 
 
 def test_dead_compositor_is_unavailable_and_not_killed(tmp_path: Path) -> None:
