@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from declare.main import cli
 from declare.run import Settings, plan, write
@@ -167,22 +167,22 @@ def test_no_card_delivered_is_an_error_and_writes_nothing(card_root: Path) -> No
     assert not settings.config.exists()
 
 
+def _declare(card_root: Path, *args: str) -> Result:
+    """`declare declare` on the simulated card, writing etc/weston.ini unless --dry-run."""
+    return CliRunner().invoke(cli, [
+        "declare",
+        f"--sysfs-root={card_root / 'sys'}",
+        f"--dev-root={card_root / 'dev'}",
+        f"--config={card_root / 'etc' / 'weston.ini'}",
+        *args,
+    ])
+
+
 def test_cli_dry_run_prints_the_file_and_writes_nothing(card_root: Path, kube: FakeKube) -> None:
     _display(kube, "card0-hdmi-a-1", {"mode": "1280x720@60"})
     config = card_root / "etc" / "weston.ini"
-    result = CliRunner().invoke(
-        cli,
-        [
-            "declare",
-            f"--sysfs-root={card_root / 'sys'}",
-            f"--dev-root={card_root / 'dev'}",
-            f"--config={config}",
-            f"--node-name={NODE}",
-            f"--api-server={kube.url}",
-            "--output-alias=HDMI-A-1=X1",
-            "--dry-run",
-        ],
-    )
+    result = _declare(card_root, f"--node-name={NODE}", f"--api-server={kube.url}",
+                      "--output-alias=HDMI-A-1=X1", "--dry-run")
     assert result.exit_code == 0, result.output
     assert _outputs(result.output)["X1"]["mode"] == "1280x720@60"
     assert not config.exists()
@@ -197,18 +197,7 @@ def test_cli_reads_displays_through_a_kubeconfig(card_root: Path, kube: FakeKube
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
     )
-    result = CliRunner().invoke(
-        cli,
-        [
-            "declare",
-            f"--sysfs-root={card_root / 'sys'}",
-            f"--dev-root={card_root / 'dev'}",
-            f"--config={card_root / 'etc' / 'weston.ini'}",
-            f"--node-name={NODE}",
-            f"--kubeconfig={kubeconfig}",
-            "--dry-run",
-        ],
-    )
+    result = _declare(card_root, f"--node-name={NODE}", f"--kubeconfig={kubeconfig}", "--dry-run")
     assert result.exit_code == 0, result.output
     assert _outputs(result.output)["HDMI-A-1"]["mode"] == "1280x720@60"
 
@@ -216,15 +205,7 @@ def test_cli_reads_displays_through_a_kubeconfig(card_root: Path, kube: FakeKube
 def test_cli_without_a_card_exits_non_zero_with_the_reason(card_root: Path) -> None:
     for node in (card_root / "dev" / "dri").iterdir():
         node.unlink()
-    result = CliRunner().invoke(
-        cli,
-        [
-            "declare",
-            f"--sysfs-root={card_root / 'sys'}",
-            f"--dev-root={card_root / 'dev'}",
-            f"--config={card_root / 'etc' / 'weston.ini'}",
-        ],
-    )
+    result = _declare(card_root)
     assert result.exit_code == 1
     assert "no DRM card was delivered" in result.output
     assert not (card_root / "etc" / "weston.ini").exists()
