@@ -20,6 +20,10 @@ The bounds are i2c-dev's (42 messages, 8192 bytes each), so no body is longer th
 a longer length, a wrong magic or a body that does not parse is a `FrameError`, never an
 allocation. The server answers one frame at a time, in one thread, so transactions from several
 connections never interleave.
+
+A monitor pulled out of its connector is not on the bus: the server asks its `present` callable
+before each transaction, and while it says False every address NACKs (ENXIO, a bus error reply),
+the EDID EEPROM included, as on a real bus with nothing plugged in.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import selectors
 import socket
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -303,13 +307,17 @@ class MonitorServer:
     socket accepts; `stop` ends the thread, closes every connection and removes the socket.
     A client that sends a bad frame gets a bad-frame reply and is disconnected; the others
     are served on. A reply the peer does not read within `timeout` seconds drops that peer.
+    `present` (called from the server's thread, so it must not raise) says whether the monitor
+    is plugged in; while it is not, every transaction fails with ENXIO.
     """
 
     def __init__(self, path: str | os.PathLike[str], monitor: SimulatedMonitor, *,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT,
+                 present: Callable[[], bool] = lambda: True) -> None:
         self.path = Path(path)
         self.monitor = monitor
         self.timeout = timeout
+        self.present = present
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._wake_read, self._wake_write = socket.socketpair()
@@ -411,6 +419,10 @@ class MonitorServer:
         return True
 
     def _transact(self, messages: list[I2cMessage]) -> bytes:
+        if not self.present():
+            # The first message's address is the one i2c-dev reports as not acknowledged.
+            return bus_error_body(errno.ENXIO, f"no device at 0x{messages[0].address:02X}: "
+                                               "the monitor is unplugged")
         try:
             return done_body(self.monitor.transfer(messages))
         except TransportError as err:

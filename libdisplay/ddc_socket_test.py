@@ -134,6 +134,37 @@ def test_an_address_nobody_answers_is_enxio(rig: Rig) -> None:
     assert rig.client.get_vcp(0x10).current == 30, "a bus error keeps the connection"
 
 
+@pytest.mark.parametrize(
+    ("messages", "address"),
+    [
+        ([I2cWrite(0x37, b"\x51\x82\x01\x10\xac")], 0x37),
+        ([I2cWrite(0x50, b"\x00"), I2cRead(0x50, 8)], 0x50),
+        ([I2cWrite(0x30, b"\x01"), I2cWrite(0x50, b"\x00"), I2cRead(0x50, 8)], 0x30),
+    ],
+    ids=["ddc-ci", "edid", "segment-pointer"],
+)
+def test_an_unplugged_monitor_nacks_every_address_until_plugged_back(
+    tmp_path: Path, messages: list[I2cMessage], address: int
+) -> None:
+    plugged = [False]
+    monitor = SimulatedMonitor(edid=EDID_HEADER + bytes(376))
+    path = tmp_path / "i2c-6"
+    with MonitorServer(path, monitor, present=lambda: plugged[0]), SocketI2c(path) as bus:
+        with pytest.raises(SocketBusError, match=f"0x{address:02X}: the monitor is unplugged"
+                           ) as caught:
+            bus.transfer(messages)
+        assert caught.value.errno == errno.ENXIO and caught.value.nack
+        assert monitor.received == [], "nothing reached the monitor"
+        plugged[0] = True
+        assert bus.transfer([I2cWrite(0x50, b"\x00"), I2cRead(0x50, 8)]) == [EDID_HEADER]
+
+
+def test_ddc_ci_to_an_unplugged_monitor_gets_no_reply(rig: Rig) -> None:
+    rig.server.present = lambda: False
+    with pytest.raises(NoReplyError):
+        rig.client.get_vcp(0x10)
+
+
 def test_two_connections_are_served_side_by_side(rig: Rig) -> None:
     with SocketI2c(rig.path) as other:
         assert other.transfer([I2cWrite(0x50, b"\x00"), I2cRead(0x50, 8)]) == [EDID_HEADER]

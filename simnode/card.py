@@ -77,6 +77,10 @@ class Monitor:
     def mode_names(self) -> tuple[str, ...]:
         return tuple(f"{m.width}x{m.height}" for m in self.modes)
 
+    def status_file(self, root: Path) -> Path:
+        """The connector's sysfs `status`: `connected` while its monitor is plugged in."""
+        return sysfs_tree.sysfs_root(root) / "class" / "drm" / self.sysfs_name / "status"
+
     def i2c_node(self, root: Path) -> Path:
         """`<root>/dev/i2c-N`: where `up` serves this monitor's DDC/CI."""
         return sysfs_tree.dev_root(root) / f"i2c-{self.i2c_bus}"

@@ -1,7 +1,8 @@
 """The subcommands that act on a running node: status, claim, release, hotplug, hang, shoot.
 
 Each reads the state file `up` wrote and talks to the node as the cluster and the kubelet
-would: the fake apiserver over HTTP, the plugin over its unix sockets, weston by its pid file.
+would: the cluster `up` published it into (the embedded fake, or a real one through the same
+kubeconfig and context) over HTTP, the plugin over its unix sockets, weston by its pid file.
 """
 
 from __future__ import annotations
@@ -11,19 +12,16 @@ import signal
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, TextIO, cast
+from typing import Final, TextIO
 
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.resource_v1 import ResourceClaim
-
-from fakekube.client import sync_client
 from fakekube.kubelet import Claim, Kubelet
 from fakekube.testing import resource_claim
 from libdisplay.cdi import DRIVER
 from libdisplay.wayland import WaylandError, list_outputs, probe
 from simnode import card, clients, report
+from simnode.api import RESOURCE_CLAIMS, Access, Api, ClusterError
 from simnode.state import Layout, State, alive, load
 from simnode.up import child_env, pex
 
@@ -32,23 +30,34 @@ METRICS: Final = ("display_slice_publishes_total", "display_compositor", "displa
 # Histogram buckets and creation times: too much for a status screen.
 _METRIC_DETAIL: Final = ("display_prepare_duration_seconds_bucket",)
 CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
+NAMESPACE: Final = "default"
 
 
 class CommandError(Exception):
     """A subcommand that could not do what was asked; the message says why."""
 
 
-def _objects(state: State) -> report.ApiReader:
-    return report.ApiReader(state.api_url)
+def api(state: State) -> Api:
+    """The cluster `up` published the node into, reached as `up` reaches it."""
+    kubeconfig = Path(state.kubeconfig) if state.kubeconfig else None
+    return Api(Access(server=state.api_url, kubeconfig=kubeconfig, context=state.context))
+
+
+def _read(lines: Callable[[], list[str]]) -> list[str]:
+    """A section read from the cluster, or why it could not be (the others are still shown)."""
+    try:
+        return lines()
+    except ClusterError as exc:
+        return [f"  unavailable ({exc})"]
 
 
 def status(layout: Layout, out: TextIO) -> None:
     state = load(layout)
-    objects = _objects(state)
+    objects, node = api(state).objects, state.node_name
     report.print_sections(out, [
-        ("devices", report.device_lines(report.slice_devices(objects))),
-        ("displays", report.display_lines(objects)),
-        ("claims", report.claim_lines(objects) + _client_lines(layout)),
+        ("devices", _read(lambda: report.device_lines(report.slice_devices(objects, node)))),
+        ("displays", _read(lambda: report.display_lines(objects, node))),
+        ("claims", _read(lambda: report.claim_lines(objects, node)) + _client_lines(layout)),
         ("compositor", _compositor_lines(layout)),
         ("metrics", _metric_lines(state.metrics_url)),
         ("where everything lives", report.paths_lines(layout, state)),
@@ -90,21 +99,28 @@ def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out:
     state = load(layout)
     monitor = card.find(card.monitors(state.monitors), device)
     name = f"sim-{monitor.device}-{uuid.uuid4().hex[:6]}"
-    client = sync_client(state.api_url)
-    created = client.create(cast(ResourceClaim, ResourceClaim.from_dict(resource_claim(name))))
-    if created.metadata is None or created.metadata.uid is None:
+    cluster = api(state)
+    created = cluster.create(RESOURCE_CLAIMS, resource_claim(name, namespace=NAMESPACE),
+                             namespace=NAMESPACE)
+    uid = str(created.get("metadata", {}).get("uid") or "")
+    if not uid:
         raise CommandError(f"the API server returned ResourceClaim {name} without a uid")
-    uid = created.metadata.uid
     configs = [{"source": "FromClaim", "requests": ["screen"],
                 "opaque": {"driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
     results = [{"request": "screen", "driver": DRIVER, "pool": state.node_name,
                 "device": monitor.device}]
     status = {"allocation": {"devices": {"results": results, "config": configs}}}
-    client.patch(ResourceClaim.Status, name, {"status": status}, namespace="default")
+    try:
+        cluster.patch(RESOURCE_CLAIMS, name, {"status": status}, namespace=NAMESPACE,
+                      subresource="status")
+    except ClusterError:
+        # Unallocated, the claim would only be litter in a real cluster.
+        cluster.delete(RESOURCE_CLAIMS, name, namespace=NAMESPACE)
+        raise
     with Kubelet(layout.registration_socket, driver=DRIVER) as kubelet:
-        answer = kubelet.prepare([Claim(uid=uid, name=name)])[uid]
+        answer = kubelet.prepare([Claim(uid=uid, name=name, namespace=NAMESPACE)])[uid]
     if answer.error:
-        client.delete(ResourceClaim, name, namespace="default")
+        cluster.delete(RESOURCE_CLAIMS, name, namespace=NAMESPACE)
         raise CommandError(f"the plugin refused claim {name}: {answer.error}")
     pid = clients.start_client(layout, uid)
     clients.save(layout, clients.Record(uid=uid, name=name, device=monitor.device,
@@ -124,11 +140,7 @@ def release(layout: Layout, name: str, *, out: TextIO) -> None:
         error = kubelet.unprepare([Claim(uid=record.uid, name=record.name)])[record.uid]
     if error:
         raise CommandError(f"the plugin could not unprepare {record.name}: {error}")
-    try:
-        sync_client(state.api_url).delete(ResourceClaim, record.name, namespace="default")
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise CommandError(f"deleting ResourceClaim {record.name}: {exc}") from exc
+    api(state).delete(RESOURCE_CLAIMS, record.name, namespace=NAMESPACE)
     clients.forget(layout, record)
     print(f"released {record.name} ({record.device})", file=out, flush=True)
 

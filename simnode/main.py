@@ -11,14 +11,14 @@ from typing import TypeVar
 
 import click
 
-from simnode import commands, up
+from simnode import cluster, commands, up
+from simnode.api import ClusterError
 from simnode.card import CardError
 from simnode.clients import ClientError
-from simnode.report import ReportError
-from simnode.state import Layout, StateError
+from simnode.state import NODE_NAME, Layout, StateError
 
 F = TypeVar("F", bound=Callable[..., object])
-USER_ERRORS = (up.UpError, StateError, CardError, ClientError, ReportError,
+USER_ERRORS = (up.UpError, StateError, CardError, ClientError, ClusterError,
                commands.CommandError)
 
 
@@ -51,6 +51,13 @@ def cli(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
+def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return cluster.check_node_name(value)
+    except ClusterError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @cli.command("up")
 @state_dir_option
 @click.option("--monitors", type=click.IntRange(2, 3), default=3, show_default=True,
@@ -60,10 +67,28 @@ def cli(verbose: bool) -> None:
                    " dir this PEX is in, else ./dist.")
 @click.option("--clean", is_flag=True,
               help="Remove what a killed run left in the state dir (and stop its processes).")
-def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool) -> None:
-    """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started."""
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Publish the node into the real cluster this kubeconfig reaches (token or"
+                   " client certificate), instead of an embedded fake apiserver. The cluster"
+                   " must have the Display CRD (`kubectl apply -k deploy/base/cluster`).")
+@click.option("--context", default=None,
+              help="The kubeconfig's context to use; default: its current context.")
+@click.option("--node-name", default=NODE_NAME, show_default=True, callback=_node_name,
+              help="The Node to publish the devices on; created if missing, deleted on stop.")
+def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
+               kubeconfig: Path | None, context: str | None, node_name: str) -> None:
+    """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started.
+
+    The node's Node object is labelled display.liken.sh/simulated=true and tainted
+    display.liken.sh/simulated=true:NoSchedule, so only pods that tolerate the taint are
+    scheduled onto it; simnode keeps it Ready while it runs. On stop it deletes the Node (if
+    simnode made it) and its ResourceSlice; Displays stay, as records of monitors.
+    """
+    if context is not None and kubeconfig is None:
+        raise click.BadParameter("--context needs --kubeconfig", param_hint="--context")
     options = up.Options(layout=_layout(state_dir), dist=dist or up.default_dist(),
-                         monitors=monitors, clean=clean)
+                         monitors=monitors, clean=clean, node_name=node_name,
+                         kubeconfig=kubeconfig, context=context)
     up.run(options, sys.stdout)
 
 
@@ -83,7 +108,12 @@ def status_command(state_dir: Path) -> None:
 @click.option("--scale", type=int, help="The output's scale.")
 def claim_command(state_dir: Path, device: str, mode: str | None, brightness: int | None,
                   transform: str | None, scale: int | None) -> None:
-    """Claim DEVICE with DisplayConfig parameters, prepare it, start a demo client; print uid."""
+    """Claim DEVICE with DisplayConfig parameters, prepare it, start a demo client; print uid.
+
+    The claim is created in the namespace default and its allocation written as the scheduler
+    would; on a real cluster (`up --kubeconfig`) that needs rights to create resourceclaims and
+    to update resourceclaims/status.
+    """
     given = {"mode": mode, "brightness": brightness, "transform": transform, "scale": scale}
     parameters = {k: v for k, v in given.items() if v is not None}
     commands.claim(_layout(state_dir), device, parameters=parameters, out=sys.stdout)

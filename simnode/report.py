@@ -1,59 +1,33 @@
 """What a user reads: the node's devices, Displays and claims from the API, as short text.
 
-Functions take the objects as JSON dicts, so `up` reads them from the in-process fake apiserver
-and the subcommands from its HTTP API (`ApiReader`), the way kubectl would.
+Functions take the objects as JSON dicts from an `Objects` callable (`simnode.api.Api.objects`,
+or a fake's own `objects` in tests), and show this node's alone: in a real cluster the lists
+hold every node's.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TextIO
 
 from libdisplay import display
 from libdisplay.cdi import DRIVER
 from simnode import card
-from simnode.state import Layout, State
+from simnode.state import NODE_LABEL, Layout, State
 
 JsonObject = dict[str, Any]
 Objects = Callable[[str, str], list[JsonObject]]
 # `up` prints this once the node answers: the line scripts and tests wait for.
 READY_LINE: Final = "simnode: ready"
 SLICE_API: Final = "resource.k8s.io/v1"
-_PLURALS: Final = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
-                   "Display": display.PLURAL}
-_TIMEOUT_S: Final = 10.0
 _DDC_VALUES: Final = ("brightness", "contrast", "input", "power")
 
 
-class ReportError(Exception):
-    """The fake apiserver did not answer a read."""
-
-
-class ApiReader:
-    """`objects(api_version, kind)` over the fake apiserver's HTTP API."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def __call__(self, api_version: str, kind: str) -> list[JsonObject]:
-        plural = _PLURALS[kind]
-        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        try:
-            with urllib.request.urlopen(f"{self.url}{prefix}/{plural}",
-                                        timeout=_TIMEOUT_S) as response:
-                items: list[JsonObject] = json.load(response)["items"]
-        except OSError as exc:
-            raise ReportError(f"the fake apiserver at {self.url} did not answer: {exc}") from exc
-        return items
-
-
-def slice_devices(objects: Objects) -> dict[str, JsonObject]:
-    """Device name -> device, from every ResourceSlice of the display driver."""
+def slice_devices(objects: Objects, node: str) -> dict[str, JsonObject]:
+    """Device name -> device, from the display driver's ResourceSlices of `node`."""
     devices: dict[str, JsonObject] = {}
     for obj in objects(SLICE_API, "ResourceSlice"):
-        if obj["spec"].get("driver") == DRIVER:
+        if obj["spec"].get("driver") == DRIVER and obj["spec"].get("nodeName") == node:
             for device in obj["spec"].get("devices", []):
                 devices[device["name"]] = device
     return devices
@@ -76,9 +50,13 @@ def device_lines(devices: dict[str, JsonObject]) -> list[str]:
     return lines or ["  (none)"]
 
 
-def display_lines(objects: Objects) -> list[str]:
+def display_lines(objects: Objects, node: str) -> list[str]:
+    """The Displays the operator labelled as `node`'s."""
+    label = display.labels(node, "")[display.NODE_LABEL]
     lines = []
     for obj in objects(display.API_VERSION, display.KIND):
+        if (obj["metadata"].get("labels") or {}).get(display.NODE_LABEL) != label:
+            continue
         status = obj.get("status", {})
         spec_mode = obj.get("spec", {}).get("mode", "-")
         lines.append(
@@ -99,13 +77,28 @@ def _ddc_summary(ddc: JsonObject | None) -> str:
     return " ".join(shown) or "answers"
 
 
-def claim_lines(objects: Objects) -> list[str]:
+def claim_lines(objects: Objects, node: str) -> list[str]:
+    """The claims allocated a device of `node` (its pool), with those devices."""
     lines = []
     for obj in objects(SLICE_API, "ResourceClaim"):
         results = obj.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
-        devices = ", ".join(r["device"] for r in results) or "unallocated"
-        lines.append(f"  {obj['metadata']['name']} (uid {obj['metadata']['uid']}): {devices}")
+        ours = [r["device"] for r in results if r.get("driver") == DRIVER and r.get("pool") == node]
+        if ours:
+            meta = obj["metadata"]
+            lines.append(f"  {meta.get('namespace', '')}/{meta['name']} (uid {meta['uid']}):"
+                         f" {', '.join(ours)}")
     return lines or ["  (none)"]
+
+
+def cluster_lines(state: State) -> list[str]:
+    """Where the node is published, and what a pod needs to land on it."""
+    where = (f"the real cluster at {state.api_url}" if state.kubeconfig
+             else f"the embedded fake apiserver at {state.api_url}")
+    return [
+        f"  Node {state.node_name} in {where}",
+        f"  labelled {NODE_LABEL}=true, tainted {NODE_LABEL}=true:NoSchedule: only pods that"
+        " tolerate the taint land on it",
+    ]
 
 
 def paths_lines(layout: Layout, state: State) -> list[str]:
@@ -113,6 +106,8 @@ def paths_lines(layout: Layout, state: State) -> list[str]:
     return [
         f"  state dir:     {layout.root}",
         f"  api server:    {state.api_url}",
+        *([f"  kubeconfig:    {state.kubeconfig} (context {state.context or 'current'})"]
+          if state.kubeconfig else []),
         f"  metrics:       {state.metrics_url}",
         f"  wayland:       WAYLAND_DISPLAY={layout.wayland_socket.name}"
         f" XDG_RUNTIME_DIR={layout.runtime_dir}",
@@ -137,7 +132,9 @@ def print_sections(out: TextIO, sections: Iterable[tuple[str, list[str]]]) -> No
 
 def print_up(objects: Objects, layout: Layout, state: State, out: TextIO) -> None:
     print_sections(out, [
-        (f"node {state.node_name} published", device_lines(slice_devices(objects))),
+        (f"node {state.node_name} published",
+         device_lines(slice_devices(objects, state.node_name))),
+        ("cluster", cluster_lines(state)),
         ("where everything lives", paths_lines(layout, state)),
         ("pids", [f"  {name}: {pid}" for name, pid in state.pids.items()]),
     ])

@@ -6,10 +6,18 @@ claim with a brightness read back from the monitor, a claim with a mode on the r
 and its release, a monitor pulled and plugged back, a hung compositor, and last SIGTERM, after
 which no process of the node may be left. The node's fake apiserver runs inside `up`; the tests
 read it over HTTP at the URL in the state file.
+
+Then `up --kubeconfig` publishes a second node into a "real" cluster: a FakeKube in this test
+process, reached through a kubeconfig with a token and a non-current context. Its Node is
+created labelled and tainted, its slice and Displays appear there, `status` and `claim` work
+through the kubeconfig, and stopping `up` deletes the Node and the slice. A cluster without the
+Display CRD fails `up` before anything starts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import signal
@@ -21,14 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from libdisplay import mccs
+from fakekube.server import FakeKube
+from libdisplay import display, mccs
 from libdisplay.ddc import DdcClient
-from libdisplay.ddc_socket import SocketI2c
+from libdisplay.ddc_socket import SocketBusError, SocketI2c
 from libdisplay.processes import Process, start
 from libdisplay.wayland import list_outputs
-from simnode.report import READY_LINE, ApiReader, JsonObject, slice_devices
-from simnode.state import Layout, alive
+from simnode.api import Access, Api
+from simnode.cluster import display_crd
+from simnode.report import READY_LINE, JsonObject, slice_devices
+from simnode.state import NODE_LABEL, NODE_NAME, Layout, alive
 
 START_TIMEOUT_S = 240.0
 HOTPLUG_TIMEOUT_S = 60.0
@@ -60,7 +72,8 @@ class Sim:
         return data
 
     def devices(self) -> dict[str, JsonObject]:
-        return slice_devices(ApiReader(self.state()["api_url"]))
+        state = self.state()
+        return slice_devices(Api(Access(server=state["api_url"])).objects, state["node_name"])
 
     def modes(self) -> dict[str, str]:
         return {o.name: str(o.mode) for o in list_outputs(self.layout.wayland_socket)}
@@ -86,22 +99,34 @@ def _command() -> tuple[str, ...]:
     return (sys.executable, "-m", "simnode.main")
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    work = tmp_path_factory.mktemp("simnode")
-    env = {**os.environ, "PEX_ROOT": str(work / "pex-root"),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+def _env(work: Path) -> dict[str, str]:
+    return {**os.environ, "PEX_ROOT": str(work / "pex-root"),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
+def _up_argv(layout: Layout, *extra: str) -> list[str]:
+    return [*_command(), "up", f"--state-dir={layout.root}", "--monitors=3",
+            f"--dist={_dist().resolve()}", *extra]
+
+
+@contextlib.contextmanager
+def _running(work: Path, *extra: str) -> Iterator[Sim]:
+    """`simnode up` with `extra` options, until it printed READY_LINE; stopped on the way out."""
+    env = _env(work)
     layout = Layout(work / "node")
-    command = _command()
-    argv = [*command, "up", f"--state-dir={layout.root}", "--monitors=3",
-            f"--dist={_dist().resolve()}"]
-    process = start(argv, log_path=work / "up.log", env=env)
+    process = start(_up_argv(layout, *extra), log_path=work / "up.log", env=env)
     try:
         process.wait_until(lambda: process.log_contains(READY_LINE), timeout=START_TIMEOUT_S,
                            what=f"{READY_LINE!r} printed")
-        yield Sim(process=process, layout=layout, env=env, command=command)
+        yield Sim(process=process, layout=layout, env=env, command=_command())
     finally:
         process.stop(grace=30.0)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    with _running(tmp_path_factory.mktemp("simnode")) as node:
+        yield node
 
 
 DEVICES = ("card0-dp-1", "card0-dp-2", "card0-hdmi-a-1")
@@ -173,11 +198,16 @@ def test_claim_with_a_mode_changes_the_output_and_release_restores_it(
 
 
 def test_hotplug_off_drops_the_device_and_on_brings_it_back(sim: Sim) -> None:
+    bus = sim.i2c("card0-DP-2")
     sim.run("hotplug", "card0-dp-2", "--off")
+    with SocketI2c(bus) as pulled, pytest.raises(SocketBusError) as caught:
+        pulled.read(0x50, 8)
+    assert caught.value.errno == errno.ENXIO, "an unplugged monitor's EDID does not answer"
     sim.wait(lambda: set(sim.devices()) == {"card0-dp-1", "card0-hdmi-a-1"},
              timeout=HOTPLUG_TIMEOUT_S, what="slice drops card0-dp-2")
     assert "sim-node-1.card0-dp-2: connected=False" in sim.run("status")
     sim.run("hotplug", "card0-dp-2", "--on")
+    assert _brightness(bus) == 75, "plugged back, the monitor answers DDC/CI again"
     sim.wait(lambda: set(sim.devices()) == set(DEVICES), timeout=HOTPLUG_TIMEOUT_S,
              what="slice lists card0-dp-2 again")
 
@@ -220,3 +250,132 @@ def test_sigterm_stops_and_reaps_every_process(sim: Sim) -> None:
     assert [p for p in pids if alive(p)] == []
     assert _processes_naming(str(sim.layout.root)) == []
     assert not sim.layout.state_file.exists()
+
+
+# --- `up --kubeconfig`: the node published into a cluster of its own ---------------------
+
+REMOTE_NODE = "sim-kube-1"
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    """The cluster is the context `sim`, with a token; the current context is a dead server,
+    so a binary that read the current context instead would fail."""
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}},
+                     {"name": "sim", "context": {"cluster": "sim", "user": "u"}}],
+        "clusters": [{"name": "dead", "cluster": {"server": "http://127.0.0.1:1"}},
+                     {"name": "sim", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "simnode-test-token"}}],
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    kube: FakeKube
+    sim: Sim
+
+    def objects(self, api_version: str, kind: str) -> list[JsonObject]:
+        return self.kube.objects(api_version, kind)
+
+    def node(self) -> JsonObject | None:
+        return self.kube.get("v1", "Node", REMOTE_NODE)
+
+    def displays(self) -> set[str]:
+        return {d["metadata"]["name"] for d in self.objects(display.API_VERSION, display.KIND)
+                if d["metadata"]["labels"][display.NODE_LABEL] == REMOTE_NODE}
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    work = tmp_path_factory.mktemp("simnode-kube")
+    kube = FakeKube().start()
+    try:
+        kube.register_crd(display_crd())
+        kubeconfig = _kubeconfig(work / "kubeconfig", kube.url)
+        with _running(work, f"--kubeconfig={kubeconfig}", "--context=sim",
+                      f"--node-name={REMOTE_NODE}") as node:
+            yield Published(kube=kube, sim=node)
+    finally:
+        kube.stop()
+
+
+def test_kubeconfig_up_publishes_a_labelled_and_tainted_node(published: Published) -> None:
+    node = published.node()
+    assert node is not None
+    assert node["metadata"]["labels"][NODE_LABEL] == "true"
+    assert {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert any(c["type"] == "Ready" and c["status"] == "True"
+               for c in node["status"]["conditions"])
+    assert set(slice_devices(published.objects, REMOTE_NODE)) == set(DEVICES)
+    (owned,) = (s for s in published.objects("resource.k8s.io/v1", "ResourceSlice")
+                if s["spec"]["nodeName"] == REMOTE_NODE)
+    assert owned["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    expected = {f"{REMOTE_NODE}.{device}" for device in DEVICES}
+    published.sim.wait(lambda: published.displays() == expected, timeout=DDC_TIMEOUT_S,
+                       what="a Display per monitor in the cluster")
+    log = published.sim.process.log_text()
+    assert "only pods that tolerate the taint land on it" in log
+    state = published.sim.state()
+    assert (state["api_url"], state["context"]) == (published.kube.url, "sim")
+    assert published.kube.get("v1", "Node", NODE_NAME) is None, "only the node asked for"
+
+
+def test_kubeconfig_status_and_claim_reach_the_same_cluster(published: Published) -> None:
+    sim = published.sim
+    status = sim.run("status")
+    for device in DEVICES:
+        assert f"  {device}: connector=" in status
+        assert f"{REMOTE_NODE}.{device}: connected=True" in status
+    assert "kubeconfig:" in status and "(context sim)" in status
+    uid = sim.run("claim", "card0-dp-1", "--mode=1024x768@60").split()[-1]
+    assert sim.modes()["X2"] == "1024x768@60"
+    (claim,) = published.objects("resource.k8s.io/v1", "ResourceClaim")
+    assert claim["metadata"]["uid"] == uid
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) == (REMOTE_NODE, "card0-dp-1")
+    assert uid in sim.run("status")
+    sim.run("release", uid)
+    assert sim.modes()["X2"] == "1280x1024@60"
+    assert published.objects("resource.k8s.io/v1", "ResourceClaim") == []
+
+
+def test_kubeconfig_stop_deletes_the_node_and_its_slice(published: Published) -> None:
+    sim = published.sim
+    pids = [*sim.state()["pids"].values(), int(sim.layout.weston_pid.read_text())]
+    sim.process.send_signal(signal.SIGTERM)
+    assert sim.process.wait(timeout=60.0) == 0
+    assert sim.process.log_contains(f"Node {REMOTE_NODE}")
+    assert published.node() is None
+    assert slice_devices(published.objects, REMOTE_NODE) == {}
+    assert published.objects("resource.k8s.io/v1", "ResourceSlice") == []
+    assert len(published.displays()) == len(DEVICES), "Displays are records of monitors: kept"
+    assert [p for p in pids if alive(p)] == []
+    assert _processes_naming(str(sim.layout.root)) == []
+    assert not sim.layout.state_file.exists()
+    assert not sim.layout.kubeconfig.exists(), "the copy holding the token is removed"
+
+
+def test_kubeconfig_cluster_without_the_display_crd_fails_before_starting(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # Short, as the node's sockets would be under it were it to start.
+    tmp_path = tmp_path_factory.mktemp("nocrd")
+    with FakeKube() as kube:
+        kubeconfig = _kubeconfig(tmp_path / "kubeconfig", kube.url)
+        layout = Layout(tmp_path / "node")
+        process = start(_up_argv(layout, f"--kubeconfig={kubeconfig}", "--context=sim"),
+                        log_path=tmp_path / "up.log", env=_env(tmp_path))
+        try:
+            assert process.wait(timeout=COMMAND_TIMEOUT_S) == 1, process.log_tail()
+        finally:
+            process.stop(grace=30.0)
+        log = process.log_text()
+        assert "Display CRD (displays.display.liken.sh) is not installed" in log
+        assert "kubectl apply -k deploy/base/cluster" in log
+        assert kube.objects("v1", "Node") == [], "no Node published"
+    assert not (layout.logs / "xvfb.log").exists(), "no child was started"
+    assert not layout.state_file.exists()
+    assert _processes_naming(str(layout.root)) == []

@@ -1,7 +1,8 @@
 """Where a simulated node lives: its state dir's layout and the state file `up` writes.
 
 `up` writes `state.json` as it starts each child and removes it when it has stopped them all;
-the other subcommands read it to find the fake apiserver, the sockets and the weston pid. A
+the other subcommands read it to find the cluster (the embedded fake's URL, or the kubeconfig
+and context of a real one), the sockets and the weston pid. A
 state file whose `up` pid is gone was left by a killed run, and `up --clean` stops the
 processes it records and empties the dir.
 """
@@ -22,6 +23,8 @@ from libdisplay.cdi import DRIVER
 STATE_FILE = "state.json"
 MARKER = ".simnode"
 NODE_NAME = "sim-node-1"
+# On the Node `up` publishes, as a label ("true") and as a NoSchedule taint's key.
+NODE_LABEL = "display.liken.sh/simulated"
 
 
 class StateError(Exception):
@@ -96,10 +99,18 @@ class Layout:
     def layout_shell(self) -> Path:
         return self.root / "layout.so"
 
+    @property
+    def kubeconfig(self) -> Path:
+        """For `up --context`: the kubeconfig of that context alone, which the binaries read
+        (they take the current context); it holds credentials, so `up` removes it."""
+        return self.root / "kubeconfig"
+
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """What `up` started: the pids to check, the URLs and the monitors (by device name)."""
+    """What `up` started: the pids to check, the URLs and the monitors (by device name).
+    `api_url` is the API server; with `kubeconfig` (and `context`) it is a real cluster's,
+    reached with that kubeconfig's credentials, else the embedded fake's."""
 
     pid: int
     node_name: str
@@ -108,6 +119,8 @@ class State:
     monitors: int
     xvfb_display: str
     pids: dict[str, int]
+    kubeconfig: str | None = None
+    context: str | None = None
 
 
 def save(layout: Layout, state: State) -> None:

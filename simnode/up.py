@@ -1,14 +1,16 @@
 """`simnode up`: start the whole node, print what it published, run until Ctrl-C or SIGTERM.
 
-Order, as in the pod: the simulated card, with a simulated DDC/CI monitor served on a unix
-socket at each connector's `dev/i2c-N` (in this process, until it stops); the fake apiserver
-(Display CRD, the Node that owns the slice); the layout module built into the state dir; Xvfb;
-`declare` (run to completion);
-`westonctl` with weston's x11 outputs X1..Xn aliased to the connectors; the `draplugin`
-operator with its node publisher; then the kubelet's registration handshake. Every child runs
-in its own session and is stopped and reaped by pid on the way out. westonctl and the operator
-are restarted when they exit, as the kubelet restarts a pod's containers: a compositor the
-watchdog killed makes westonctl exit, and the node must carry on.
+Order: the cluster first (`simnode.cluster`: the embedded fake apiserver, or with
+`--kubeconfig` a real cluster checked before anything starts), with the Node that owns the
+slice; then, as in the pod, the simulated card, with a simulated DDC/CI monitor served on a unix
+socket at each connector's `dev/i2c-N` (in this process, until it stops; silent while its
+connector's sysfs `status` says it is unplugged); the layout module built into the state dir;
+Xvfb; `declare` (run to completion); `westonctl` with weston's x11 outputs X1..Xn aliased to the
+connectors; the `draplugin` operator with its node publisher; then the kubelet's registration
+handshake. Every child runs in its own session and is stopped and reaped by pid on the way out,
+and then the Node and this node's slice are deleted. westonctl and the operator are restarted
+when they exit, as the kubelet restarts a pod's containers: a compositor the watchdog killed
+makes westonctl exit, and the node must carry on.
 """
 
 from __future__ import annotations
@@ -26,20 +28,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
-
-import yaml
+from typing import Final, TextIO
 
 from fakekube.kubelet import Kubelet
-from fakekube.server import FakeKube
-from fakekube.testing import node as node_object
 from libdisplay import fsutil
 from libdisplay.cdi import DRIVER
 from libdisplay.ddc_socket import MonitorServer, SocketBusError
 from libdisplay.processes import Process, start, unix_socket_accepts
 from libdisplay.wayland import Liveness, probe
-from simnode import card, clients, report
-from simnode.state import NODE_NAME, Layout, State, check_free, save
+from simnode import card, clients, cluster, report
+from simnode.api import Access, Api, ClusterError
+from simnode.state import Layout, State, check_free, save
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +47,9 @@ RESTART_PAUSE_S: Final = 1.0
 SUPERVISE_POLL_S: Final = 0.2
 XVFB_SCREEN: Final = "4096x2160x24"
 BINARIES: Final = ("declare", "westonctl", "draplugin")
-# The repo's root in a source checkout, or the PEX's site-packages: both hold deploy/ and
-# westonctl/layout/ (the PEX carries them as resources).
+# The repo's root in a source checkout, or the PEX's site-packages: both hold westonctl/layout/
+# (the PEX carries it as a resource).
 _ROOT: Final = Path(__file__).resolve().parents[1]
-DISPLAY_CRD: Final = _ROOT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
 LAYOUT_BUILD: Final = _ROOT / "westonctl" / "layout" / "build.sh"
 # Debian packages that carry what a node needs on PATH.
 TOOLS: Final = {"Xvfb": "xvfb", "weston": "weston", "weston-simple-shm": "weston",
@@ -64,10 +62,15 @@ class UpError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Options:
+    """What `up` was asked for; without `kubeconfig` the cluster is an embedded fake."""
+
     layout: Layout
     dist: Path
     monitors: int
     clean: bool
+    node_name: str
+    kubeconfig: Path | None = None
+    context: str | None = None
 
 
 def default_dist() -> Path:
@@ -108,14 +111,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def plugged_in(status: Path) -> Callable[[], bool]:
+    """Whether the connector whose sysfs `status` file this is has its monitor plugged in."""
+    def present() -> bool:
+        try:
+            return status.read_text().strip() == "connected"
+        except OSError:
+            return False
+    return present
+
+
 def serve_monitors(root: Path, chosen: tuple[card.Monitor, ...]) -> dict[str, MonitorServer]:
     """Each monitor's DDC/CI served on a socket at its connector's `<root>/dev/i2c-N`, by
-    device name; when one cannot be served, those already started are stopped."""
+    device name, answering only while the connector says the monitor is plugged in (as
+    `simnode hotplug` sets it); when one cannot be served, those already started are stopped."""
     servers: dict[str, MonitorServer] = {}
     try:
         for monitor in chosen:
-            server = servers[monitor.device] = MonitorServer(monitor.i2c_node(root),
-                                                             monitor.ddc())
+            server = servers[monitor.device] = MonitorServer(
+                monitor.i2c_node(root), monitor.ddc(),
+                present=plugged_in(monitor.status_file(root)))
             server.start()
     except SocketBusError as exc:
         stop_monitors(servers)
@@ -137,7 +152,13 @@ class Node:
         self.layout = options.layout
         self.out = out
         self.chosen = card.monitors(options.monitors)
-        self.kube = FakeKube()
+        self.cluster: cluster.Cluster = (
+            cluster.Embedded() if options.kubeconfig is None else
+            cluster.Remote(options.kubeconfig, context=options.context,
+                           pinned=options.layout.kubeconfig))
+        self.access: Access | None = None
+        self._api: Api | None = None
+        self.node_object: cluster.NodeObject | None = None
         self.metrics_port = free_port()
         self.xvfb_display = ""
         self.monitors: dict[str, MonitorServer] = {}
@@ -152,10 +173,10 @@ class Node:
         fsutil.atomic_write(layout.marker, "")
         layout.clients.mkdir(parents=True, exist_ok=True)
         layout.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._start_cluster()
         card.write_card(layout.root, self.chosen)
         # Before the operator starts: it probes the monitors as soon as it has read the card.
         self.monitors = serve_monitors(layout.root, self.chosen)
-        self._start_kube()
         self._build_layout()
         self._start_xvfb()
         self._declare()
@@ -169,13 +190,19 @@ class Node:
             log.info("kubelet: registered %s, DRA service %s", DRIVER, kubelet.service)
         self._wait_for_slice()
 
-    def _start_kube(self) -> None:
-        with DISPLAY_CRD.open() as f:
-            crd: dict[str, Any] = yaml.safe_load(f)
-        self.kube.start()
-        self.kube.register_crd(crd)
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            raise UpError("the cluster is not started")
+        return self._api
+
+    def _start_cluster(self) -> None:
+        """Before any child: a cluster that cannot take the node fails `up` here."""
+        self.access = self.cluster.start()
+        self._api = Api(self.access)
         # The slice is owned by the Node object, as in a cluster.
-        self.kube.create(node_object(NODE_NAME))
+        self.node_object = cluster.NodeObject(self.api, self.options.node_name)
+        self.node_object.publish()
 
     def _build_layout(self) -> None:
         out = self.layout.layout_shell
@@ -218,8 +245,8 @@ class Node:
         argv = [
             str(pex(self.options.dist, "declare")), "declare",
             f"--sysfs-root={layout.root / 'sys'}", f"--dev-root={layout.root / 'dev'}",
-            f"--config={layout.weston_ini}", f"--node-name={NODE_NAME}",
-            f"--api-server={self.kube.url}", f"--shell={layout.layout_shell}", *self._aliases(),
+            f"--config={layout.weston_ini}", f"--node-name={self.options.node_name}",
+            *self.cluster.child_args(), f"--shell={layout.layout_shell}", *self._aliases(),
         ]
         with (layout.logs / "declare.log").open("wb") as log_file:
             done = subprocess.run(argv, env=child_env(), stdout=log_file,
@@ -241,7 +268,7 @@ class Node:
         layout = self.layout
         return [
             str(pex(self.options.dist, "draplugin")), "operator",
-            f"--node-name={NODE_NAME}", f"--plugin-dir={layout.plugin_dir}",
+            f"--node-name={self.options.node_name}", f"--plugin-dir={layout.plugin_dir}",
             f"--registry-dir={layout.registry_dir}", f"--cdi-root={layout.cdi_dir}",
             f"--weston-config={layout.weston_ini}",
             f"--mode-records-dir={layout.etc / 'claims'}",
@@ -249,7 +276,7 @@ class Node:
             f"--runtime-dir={layout.runtime_dir}",
             f"--container-runtime-dir={layout.runtime_dir}",
             f"--sysfs-root={layout.root / 'sys'}", f"--dev-root={layout.root / 'dev'}",
-            f"--api-server={self.kube.url}", f"--shell={layout.layout_shell}",
+            *self.cluster.child_args(), f"--shell={layout.layout_shell}",
             f"--metrics-addr=127.0.0.1:{self.metrics_port}", *self._aliases(),
         ]
 
@@ -271,7 +298,7 @@ class Node:
     def _wait_for_slice(self) -> None:
         expected = {m.device for m in self.chosen}
         deadline = time.monotonic() + START_TIMEOUT_S
-        while set(report.slice_devices(self.kube.objects)) != expected:
+        while set(report.slice_devices(self.api.objects, self.options.node_name)) != expected:
             if time.monotonic() >= deadline:
                 raise UpError(
                     f"the operator did not publish {sorted(expected)} in"
@@ -280,11 +307,14 @@ class Node:
             time.sleep(0.1)
 
     def state(self) -> State:
+        access = self.access or Access(server="")
         return State(
-            pid=os.getpid(), node_name=NODE_NAME, api_url=self.kube.url,
+            pid=os.getpid(), node_name=self.options.node_name, api_url=access.server,
             metrics_url=f"http://127.0.0.1:{self.metrics_port}/metrics",
             monitors=len(self.chosen), xvfb_display=self.xvfb_display,
             pids={name: p.pid for name, p in self.children.items()},
+            kubeconfig=str(access.kubeconfig) if access.kubeconfig else None,
+            context=access.context,
         )
 
     # --- run and stop --------------------------------------------------------------------
@@ -312,7 +342,21 @@ class Node:
         self.children.clear()
         stop_monitors(self.monitors)
         _stop_clients(self.layout)
-        self.kube.stop()
+        self._withdraw_node()
+        self.cluster.stop()
+
+    def _withdraw_node(self) -> None:
+        """Once the operator is gone (it would publish the slice again)."""
+        if self.node_object is None:
+            return
+        try:
+            deleted = self.node_object.withdraw()
+        except ClusterError as exc:
+            print(f"simnode: could not remove Node {self.options.node_name} and its slice:"
+                  f" {exc}", file=self.out, flush=True)
+            return
+        if deleted:
+            print(f"simnode: deleted {', '.join(deleted)}", file=self.out, flush=True)
 
 
 def _stop_clients(layout: Layout) -> None:
@@ -364,7 +408,7 @@ def run(options: Options, out: TextIO) -> None:
             node.start()
             state = node.state()
             save(options.layout, state)
-            report.print_up(node.kube.objects, options.layout, state, out)
+            report.print_up(node.api.objects, options.layout, state, out)
             print(report.READY_LINE, file=out, flush=True)
             signals.interrupting = False
             node.supervise(signals.stop)

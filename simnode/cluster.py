@@ -1,0 +1,278 @@
+"""The cluster `up` publishes the simulated node into: the fake apiserver it embeds, or a real
+cluster a kubeconfig names, as kwok publishes nodes (for testing scheduling against simulated
+screens).
+
+`Embedded` starts the fake and registers the Display CRD in it. `Remote` installs nothing: it
+checks before anything starts that the kubeconfig is usable, that the API server answers, and
+that it serves `resource.k8s.io/v1` and the Display CRD (else it says to
+`kubectl apply -k deploy/base/cluster`). Both give `up` an `Access` and the flags that point its
+binaries at the same cluster; the binaries read a kubeconfig's current context only, so for
+`--context` `Remote` writes a copy holding just that context, as current, into the state dir.
+
+`NodeObject` is the Node the slice belongs to, the same in both: created if missing, labelled
+`display.liken.sh/simulated=true` and tainted `display.liken.sh/simulated=true:NoSchedule` so
+that only pods tolerating simulated screens land there; kept Ready with room for pods by a
+status heartbeat, as a kubelet keeps its Node (the scheduler places nothing on a Node that is
+not Ready or has no allocatable pods). On the way out it deletes this node's ResourceSlices (a
+cluster's garbage collector would, through their owner reference; a cluster without one and
+the fake in tests end clean this way) and the Node. A Node of that name without the label is
+someone else's, and `up` refuses to touch it. Displays are left: they are cluster-scoped
+records of monitors, which the operator never deletes either.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import yaml
+
+from fakekube.server import FakeKube
+from libdisplay import display, fsutil
+from libdisplay.cdi import DRIVER
+from simnode.api import (
+    DISPLAYS,
+    NODES,
+    RESOURCE_SLICES,
+    Access,
+    Api,
+    ClusterError,
+    JsonObject,
+    KubeconfigUnusableError,
+    StatusError,
+)
+from simnode.state import NODE_LABEL
+
+log = logging.getLogger(__name__)
+
+NODE_TAINT: Final = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+# The kubelet's default nodeStatusUpdateFrequency; the node lifecycle controller marks a Node
+# whose Ready heartbeat is 40-50 s old as unreachable.
+HEARTBEAT_S: Final = 10.0
+# What a small node offers, so that pods with resource requests fit on the simulated one.
+ALLOCATABLE: Final = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+APPLY_CRD: Final = "kubectl apply -k deploy/base/cluster"
+# A DNS-1123 subdomain short enough to be the kubernetes.io/hostname label's value too.
+NODE_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+NODE_NAME_MAX: Final = 63
+# The repo's root in a source checkout, or the PEX's site-packages (it carries deploy/).
+_ROOT: Final = Path(__file__).resolve().parents[1]
+DISPLAY_CRD: Final = _ROOT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
+# Fields of a kubeconfig's cluster and user that name files, relative to the kubeconfig.
+_FILE_FIELDS: Final = {"cluster": ("certificate-authority",),
+                       "user": ("client-certificate", "client-key", "tokenFile")}
+
+
+class MissingCrdError(ClusterError):
+    """The cluster does not serve the Display CRD."""
+
+
+class NodeTakenError(ClusterError):
+    """A Node of the simulated node's name exists and is not a simulated one."""
+
+
+def check_node_name(name: str) -> str:
+    if len(name) > NODE_NAME_MAX or not NODE_NAME.fullmatch(name):
+        raise ClusterError(
+            f"node name {name!r} is not a DNS-1123 subdomain of at most {NODE_NAME_MAX}"
+            " characters (lower-case letters, digits, '-' and '.')"
+        )
+    return name
+
+
+def display_crd() -> JsonObject:
+    """The Display CRD as deploy/ ships it."""
+    with DISPLAY_CRD.open() as f:
+        crd: JsonObject = yaml.safe_load(f)
+    return crd
+
+
+class Cluster(Protocol):
+    def start(self) -> Access:
+        """Ready the cluster for the node (before any child starts); how to reach it."""
+        ...
+
+    def child_args(self) -> list[str]:
+        """The flags that point `declare` and the operator at this cluster."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+class Embedded:
+    """The fake apiserver inside `up`, serving the Display CRD."""
+
+    def __init__(self) -> None:
+        self.kube = FakeKube()
+
+    def start(self) -> Access:
+        self.kube.start()
+        self.kube.register_crd(display_crd())
+        return Access(server=self.kube.url)
+
+    def child_args(self) -> list[str]:
+        return [f"--api-server={self.kube.url}"]
+
+    def stop(self) -> None:
+        self.kube.stop()
+
+
+class Remote:
+    """A real cluster a kubeconfig names; `pinned` is where the copy for `--context` goes."""
+
+    def __init__(self, kubeconfig: Path, *, context: str | None, pinned: Path) -> None:
+        self.kubeconfig = kubeconfig.absolute()
+        self.context = context
+        self.pinned = pinned
+        self._for_children = self.kubeconfig
+
+    def start(self) -> Access:
+        access = Access.from_kubeconfig(self.kubeconfig, context=self.context)
+        check_serves(Api(access))
+        if self.context is not None:
+            pin_context(self.kubeconfig, self.context, self.pinned)
+            self._for_children = self.pinned
+        return access
+
+    def child_args(self) -> list[str]:
+        return [f"--kubeconfig={self._for_children}"]
+
+    def stop(self) -> None:
+        # The copy holds the user's credentials: it does not outlive the node.
+        fsutil.remove(self.pinned)
+
+
+def check_serves(api: Api) -> None:
+    """Fail unless the cluster answers and serves ResourceSlices (v1) and the Display CRD."""
+    try:
+        api.items(RESOURCE_SLICES, limit=1)
+    except StatusError as exc:
+        if exc.code != 404:
+            raise
+        raise ClusterError(
+            f"the cluster at {api.access} does not serve resource.k8s.io/v1 ResourceSlices:"
+            " the display operator needs Kubernetes 1.34 or later"
+        ) from exc
+    try:
+        api.items(DISPLAYS, limit=1)
+    except StatusError as exc:
+        if exc.code != 404:
+            raise
+        raise MissingCrdError(
+            f"the Display CRD ({display.PLURAL}.{display.GROUP}) is not installed in the cluster"
+            f" at {api.access}: install the operator's cluster-scoped objects with"
+            f" `{APPLY_CRD}` (from a display-operator checkout), then run `simnode up` again"
+        ) from exc
+
+
+def pin_context(source: Path, context: str, dest: Path) -> None:
+    """Write at `dest` (owner-only) a kubeconfig of `context` alone, as its current context,
+    with its cluster and user, their file paths made absolute."""
+    try:
+        doc = yaml.safe_load(source.read_text())
+        entry = _entry(doc, "contexts", context)
+        body = entry.get("context") or {}
+        pinned: JsonObject = {"apiVersion": "v1", "kind": "Config", "current-context": context,
+                              "contexts": [entry]}
+        for key, section in (("cluster", "clusters"), ("user", "users")):
+            if body.get(key):
+                found = _entry(doc, section, str(body[key]))
+                pinned[section] = [_absolute(found, key, source.parent)]
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        raise KubeconfigUnusableError(f"cannot use --kubeconfig {source}: {exc}") from exc
+    fsutil.atomic_write(dest, yaml.safe_dump(pinned, sort_keys=False), mode=0o600)
+
+
+def _entry(doc: Any, section: str, name: str) -> JsonObject:
+    for entry in doc.get(section) or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return dict(entry)
+    raise KubeconfigUnusableError(f"kubeconfig: no entry named {name!r} in {section}")
+
+
+def _absolute(entry: JsonObject, key: str, base: Path) -> JsonObject:
+    body = dict(entry.get(key) or {})
+    for field in _FILE_FIELDS[key]:
+        if body.get(field):
+            body[field] = str(base / str(body[field]))
+    return {**entry, key: body}
+
+
+def node_object(name: str) -> JsonObject:
+    """The simulated node's Node: labelled as kubelets label theirs, and as simulated."""
+    labels = {NODE_LABEL: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [NODE_TAINT]}}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeObject:
+    """The simulated node's Node object in the cluster, from `publish` to `withdraw`."""
+
+    def __init__(self, api: Api, name: str, *, heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.api = api
+        self.name = name
+        self.heartbeat_s = heartbeat_s
+        # True once the Node is simnode's: created now, or left labelled by a killed run.
+        self.owned = False
+        self._since = _now()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def publish(self) -> None:
+        """Create (or take over) the Node, mark it Ready, and keep it so until `withdraw`."""
+        found = self.api.get(NODES, self.name)
+        if found is None:
+            self.api.create(NODES, node_object(self.name))
+        elif (found["metadata"].get("labels") or {}).get(NODE_LABEL) != "true":
+            raise NodeTakenError(
+                f"Node {self.name} exists in the cluster at {self.api.access} and is not a"
+                f" simulated node (no label {NODE_LABEL}=true): choose another --node-name"
+            )
+        else:
+            log.info("Node %s is left from an earlier simnode: taking it over", self.name)
+        self.owned = True
+        self.beat()
+        self._thread = threading.Thread(target=self._beat_until_stopped,
+                                        name=f"heartbeat {self.name}", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        """Say the node is Ready now, with room for pods."""
+        ready = {"type": "Ready", "status": "True", "reason": "SimnodeUp",
+                 "message": "simnode up serves this node's devices",
+                 "lastHeartbeatTime": _now(), "lastTransitionTime": self._since}
+        status = {"capacity": ALLOCATABLE, "allocatable": ALLOCATABLE, "conditions": [ready]}
+        self.api.patch(NODES, self.name, {"status": status}, subresource="status")
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                self.beat()
+            except ClusterError as exc:
+                log.warning("heartbeat of Node %s failed: %s", self.name, exc)
+
+    def withdraw(self) -> list[str]:
+        """Stop the heartbeat; delete this node's display slices and the Node, if simnode's.
+        What was deleted, as `Kind name`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.api.timeout * 2)
+            self._thread = None
+        if not self.owned:
+            return []
+        fields = {"spec.nodeName": self.name, "spec.driver": DRIVER}
+        names = [s["metadata"]["name"] for s in self.api.items(RESOURCE_SLICES, fields=fields)]
+        deleted = [f"ResourceSlice {n}" for n in names if self.api.delete(RESOURCE_SLICES, n)]
+        if self.api.delete(NODES, self.name):
+            deleted.append(f"Node {self.name}")
+        self.owned = False
+        return deleted
