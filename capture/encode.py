@@ -1,11 +1,13 @@
-"""ffmpeg for stills and clips: which encoder runs, its command line, and the encode itself.
+"""ffmpeg for clips: which encoder runs, its command line, and the encode itself.
 
 Frames arrive as the layout module's raw pixels and go to one ffmpeg process per request on
 stdin. Clips use VA-API (`h264_vaapi`) on the render node when the start-up probe could encode
 a few frames there, otherwise libx264 `ultrafast` (the cheapest preset in memory, weston.md §6).
 Which one ran is never silent: `EncoderChoice` carries the encoder and the reason, and the
-server puts both in a header, a metric label and the log. Frames larger than 1080p are scaled
-down to fit it; MP4 goes to a pipe fragmented (`frag_keyframe+empty_moov`) so it streams.
+server puts both in a header, a metric label and the log. The server asks the module for
+frames within MAX_SIDE, which it shrinks by an integer factor, so clips are encoded at the size
+they arrive, and stills are PNG-encoded in-process (`capture.png`). MP4 goes to a pipe
+fragmented (`frag_keyframe+empty_moov`) so it streams.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ log = logging.getLogger(__name__)
 
 Encoder = Literal["vaapi", "software"]
 FFMPEG: Final = "ffmpeg"
+# The bound of every frame the server asks the layout module for.
 MAX_SIDE: Final = (1920, 1080)
 PROBE_TIMEOUT_S: Final = 15.0
-STILL_TIMEOUT_S: Final = 20.0
 _STDERR_KEEP: Final = 4096
 _FFMPEG_PIX_FMT: Final[dict[PixelFormat, str]] = {
     "XRGB8888": "bgr0",
@@ -104,51 +106,27 @@ async def probe(render_node: Path | None) -> EncoderChoice:
     return EncoderChoice("vaapi", f"VA-API probe on {render_node} encoded", render_node)
 
 
-def _scaled(width: int, height: int) -> bool:
-    return width > MAX_SIDE[0] or height > MAX_SIDE[1]
-
-
-def is_large(header: FrameHeader) -> bool:
-    """Larger than 1080p: scaled down, and four times the bytes per frame."""
-    return _scaled(header.width, header.height)
-
-
-def output_size(header: FrameHeader) -> tuple[int, int]:
-    """The size a clip or still comes out at: even sides, fitted into 1080p when larger."""
-    width, height = header.width, header.height
-    if _scaled(width, height):
-        ratio = min(MAX_SIDE[0] / width, MAX_SIDE[1] / height)
-        width, height = round(width * ratio), round(height * ratio)
-    return width - width % 2, height - height % 2
-
-
-def _filters(header: FrameHeader, *, even: bool) -> list[str]:
-    """Crop the stride padding (and an odd row/column for 4:2:0), undo y-flip, fit 1080p."""
-    width, height = header.width, header.height
-    if even:
-        width, height = width - width % 2, height - height % 2
+def _filters(header: FrameHeader) -> list[str]:
+    """Crop the stride padding and an odd row or column (4:2:0 needs even sides), undo y-flip."""
+    width, height = header.width - header.width % 2, header.height - header.height % 2
     chain = []
     if (width, height) != (header.stride // 4, header.height):
         chain.append(f"crop={width}:{height}:0:0")
     if header.y_flip:
         chain.append("vflip")
-    if _scaled(header.width, header.height):
-        out_w, out_h = output_size(header)
-        chain.append(f"scale={out_w}:{out_h}:flags=bilinear")
     return chain
 
 
-def _input_args(header: FrameHeader, *, fps: int | None) -> list[str]:
-    rate = ["-r", str(fps)] if fps else []
+def _input_args(header: FrameHeader, *, fps: int) -> list[str]:
     return [
         "-f", "rawvideo", "-pix_fmt", _FFMPEG_PIX_FMT[header.pixel_format],
-        "-s", f"{header.stride // 4}x{header.height}", *rate, "-i", "pipe:0",
+        "-s", f"{header.stride // 4}x{header.height}", "-r", str(fps), "-i", "pipe:0",
     ]
 
 
 def clip_argv(header: FrameHeader, choice: EncoderChoice, *, fps: int) -> list[str]:
     """Raw frames on stdin -> fragmented H.264 MP4 on stdout, a keyframe every second."""
-    chain = _filters(header, even=True)
+    chain = _filters(header)
     if choice.encoder == "vaapi" and choice.render_node is not None:
         device = ["-vaapi_device", os.fspath(choice.render_node)]
         codec = ["-vf", ",".join([*chain, "format=nv12", "hwupload"]), "-c:v", "h264_vaapi"]
@@ -164,16 +142,6 @@ def clip_argv(header: FrameHeader, choice: EncoderChoice, *, fps: int) -> list[s
         FFMPEG, "-hide_banner", "-loglevel", "error", *device,
         *_input_args(header, fps=fps), *codec, "-g", str(fps),
         "-movflags", "frag_keyframe+empty_moov+default_base_moof", "-f", "mp4", "pipe:1",
-    ]
-
-
-def still_argv(header: FrameHeader) -> list[str]:
-    """One raw frame on stdin -> PNG on stdout (fast compression: latency over bytes)."""
-    chain = _filters(header, even=False)
-    vf = ["-vf", ",".join(chain)] if chain else []
-    return [
-        FFMPEG, "-hide_banner", "-loglevel", "error", *_input_args(header, fps=None), *vf,
-        "-frames:v", "1", "-c:v", "png", "-compression_level", "1", "-f", "image2pipe", "pipe:1",
     ]
 
 
@@ -226,17 +194,3 @@ async def read_stderr(proc: asyncio.subprocess.Process) -> bytes:
     while chunk := await proc.stderr.read(4096):
         kept = (kept + chunk)[-_STDERR_KEEP:]
     return kept
-
-
-async def still_png(header: FrameHeader, pixels: bytes) -> bytes:
-    """Encode one frame to PNG; FfmpegError on a non-zero exit or after STILL_TIMEOUT_S."""
-    proc = await start(still_argv(header))
-    try:
-        png, stderr = await asyncio.wait_for(proc.communicate(pixels), STILL_TIMEOUT_S)
-    except TimeoutError as exc:
-        raise FfmpegError(f"PNG encode took over {STILL_TIMEOUT_S:g} s") from exc
-    finally:
-        await kill(proc)
-    if proc.returncode != 0 or not png:
-        raise FfmpegError(f"PNG encode failed (rc={proc.returncode}): {last_line(stderr)}")
-    return png

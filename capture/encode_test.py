@@ -26,31 +26,16 @@ def _vf(argv: list[str]) -> str:
 
 
 @pytest.mark.parametrize(
-    ("frame", "size"),
-    [
-        (header(1920, 1080), (1920, 1080)),
-        (header(3840, 2160), (1920, 1080)),
-        (header(5120, 2880), (1920, 1080)),
-        (header(3440, 1440), (1920, 804)),
-        (header(321, 241), (320, 240)),
-        (header(1080, 1920), (608, 1080)),
-    ],
-    ids=["1080p", "4k", "5k", "ultrawide", "odd", "portrait"],
-)
-def test_output_size_fits_1080p_with_even_sides(frame: FrameHeader, size: tuple[int, int]) -> None:
-    assert encode.output_size(frame) == size
-
-
-@pytest.mark.parametrize(
     ("frame", "vf"),
     [
         (header(1920, 1080), "format=yuv420p"),
-        (header(3840, 2160), "scale=1920:1080:flags=bilinear,format=yuv420p"),
+        # The module sends frames within 1080p; a larger one would be encoded as it is.
+        (header(3840, 2160), "format=yuv420p"),
         (header(1920, 1080, y_flip=True), "vflip,format=yuv420p"),
         (header(1918, 1080, stride=1920 * 4), "crop=1918:1080:0:0,format=yuv420p"),
         (header(321, 240), "crop=320:240:0:0,format=yuv420p"),
     ],
-    ids=["plain", "4k-scaled", "y-flipped", "stride-padding", "odd-width"],
+    ids=["plain", "never-scaled", "y-flipped", "stride-padding", "odd-width"],
 )
 def test_clip_filters(frame: FrameHeader, vf: str) -> None:
     argv = encode.clip_argv(frame, EncoderChoice("software", "test"), fps=30)
@@ -65,14 +50,15 @@ def test_clip_filters(frame: FrameHeader, vf: str) -> None:
     ids=["xrgb", "argb", "xbgr", "abgr"],
 )
 def test_pixel_formats_map_to_ffmpeg(pixel_format: PixelFormat, ffmpeg_format: str) -> None:
-    argv = encode.still_argv(header(64, 48, pixel_format=pixel_format))
+    argv = encode.clip_argv(header(64, 48, pixel_format=pixel_format),
+                            EncoderChoice("software", "test"), fps=30)
     assert argv[argv.index("-pix_fmt") + 1] == ffmpeg_format
     assert argv[argv.index("-s") + 1] == "64x48"
 
 
 def test_vaapi_clip_uploads_to_the_render_node() -> None:
     choice = EncoderChoice("vaapi", "probe encoded", Path("/dev/dri/renderD129"))
-    argv = encode.clip_argv(header(3840, 2160), choice, fps=30)
+    argv = encode.clip_argv(header(1920, 1080), choice, fps=30)
     assert argv[argv.index("-vaapi_device") + 1] == "/dev/dri/renderD129"
     assert _vf(argv).endswith("format=nv12,hwupload")
     assert argv[argv.index("-c:v") + 1] == "h264_vaapi"
@@ -99,18 +85,6 @@ def test_find_render_node_prefers_the_configured_one(tmp_path: Path) -> None:
     assert encode.find_render_node(None, dri=tmp_path) == tmp_path / "renderD128"
     assert encode.find_render_node(Path("/x"), dri=tmp_path) == Path("/x")
     assert encode.find_render_node(None, dri=tmp_path / "missing") is None
-
-
-def test_still_png_encodes_a_raw_frame() -> None:
-    frame = header(4, 2)
-    # Blue, green, red, x in memory: XRGB8888 red is bytes 00 00 ff 00.
-    png = asyncio.run(encode.still_png(frame, b"\x00\x00\xff\x00" * 8))
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-
-
-def test_still_png_reports_ffmpeg_failure() -> None:
-    with pytest.raises(encode.FfmpegError, match="PNG encode failed"):
-        asyncio.run(encode.still_png(header(4, 2), b""))
 
 
 @pytest.mark.parametrize(

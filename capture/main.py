@@ -63,9 +63,6 @@ def outputs_command(weston_ini: Path) -> None:
               default=_DEFAULT_SOCKET, show_default=True, help="The layout capture socket.")
 def shoot_command(output: str, file: Path, socket_path: Path) -> None:
     """Write one PNG of OUTPUT to FILE, straight from the capture socket."""
-    import asyncio
-
-    from capture import encode
     from capture.png import encode_png
     from libdisplay import fsutil
     from libdisplay.layout import LayoutCapture, LayoutError
@@ -73,12 +70,10 @@ def shoot_command(output: str, file: Path, socket_path: Path) -> None:
     try:
         with LayoutCapture(socket_path) as capture:
             frame = capture.frame(output)
-        if encode.is_large(frame.header):
-            png = asyncio.run(encode.still_png(frame.header, frame.pixels))
-        else:
-            png = encode_png(frame.header, frame.pixels)
-    except (LayoutError, encode.EncodeError) as exc:
+    except LayoutError as exc:
         raise click.ClickException(str(exc)) from exc
+    # Full size, unlike the server's stills: a person diagnosing a screen wants every pixel.
+    png = encode_png(frame.header, frame.pixels)
     fsutil.atomic_write(file, png)
     header = frame.header
     click.echo(f"{file}: {header.width}x{header.height} {header.pixel_format}", err=True)

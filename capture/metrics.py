@@ -34,7 +34,7 @@ class Metrics:
         )
         self.in_flight = Gauge(
             "display_capture_encode_slots_used",
-            "Encode slots held now (an encode of a frame larger than 1080p holds two).",
+            "Encode slots held now: one per still or clip being encoded.",
             registry=self.registry,
         )
         self.max_encodes = Gauge(

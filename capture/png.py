@@ -1,8 +1,9 @@
-"""PNG of a frame in the standard library, for stills that need no scaling.
+"""PNG of a frame in the standard library: every still the server serves.
 
 Starting ffmpeg alone costs ~100 ms on a loaded 2-core node; converting a 1080p frame to RGB
 with slice assignment and deflating it at level 1 costs ~40 ms and no child process (nor its
-~60 MiB). Frames larger than 1080p are scaled, which ffmpeg does (encode.still_png).
+~60 MiB). The server's frames are never larger than 1080p: the layout module shrinks larger
+outputs before sending them (see capture/server.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@ Every capture endpoint authenticates the bearer token (TokenReview), finds the o
 `[output]` sections of weston.ini (anything else, including path tricks, is 404), authorizes
 `get displays/capture` on its Display (SubjectAccessReview), checks the request, and only then
 takes one of the encode slots: past `max_encodes` the answer is 429 with Retry-After, so the
-ffmpeg processes this container runs stay inside its memory limit. A clip's ffmpeg is killed when
-the clip runs past its time or size bound or the client goes away.
+ffmpeg processes this container runs stay inside its memory limit. Frames are asked for within
+1080p (`encode.MAX_SIDE`): the layout module shrinks a larger output by an integer factor (4K
+comes as 1920x1080, 2560x1440 as 1280x720), so every frame is at most 8 MiB, a still is a PNG
+made in this process and a clip's ffmpeg never scales. A clip's ffmpeg is killed when the clip
+runs past its time or size bound or the client goes away.
 
 Routes: `/healthz`, `/metrics`, `/` (live view page), `/api/v1/outputs`,
 `/api/v1/outputs/{output}/still.png`, `/api/v1/outputs/{output}/clip.mp4?seconds=S`.
@@ -30,7 +33,7 @@ from aiohttp import web
 
 from capture import encode
 from capture.auth import AuthError, HttpReviews, ReviewApi, Reviewer, bearer_token
-from capture.encode import EncoderChoice, FfmpegError
+from capture.encode import EncoderChoice
 from capture.metrics import Metrics
 from capture.png import encode_png
 from capture.settings import MIN_CLIP_S, Settings
@@ -126,9 +129,10 @@ def parse_seconds(text: str | None, settings: Settings) -> float:
 
 
 def grab(socket_path: Path, output: str) -> Frame:
-    """One frame of `output` on a fresh connection (blocking: run it in a thread)."""
+    """One frame of `output`, within 1080p, on a fresh connection (blocking: run it in a
+    thread)."""
     with LayoutCapture(socket_path, timeout=FRAME_TIMEOUT_S) as capture:
-        return capture.frame(output)
+        return capture.frame(output, encode.MAX_SIDE)
 
 
 class RefusalError(Exception):
@@ -237,40 +241,22 @@ async def _frame(state: State, output: Output) -> Frame:
     return frame
 
 
-class _Slot:
-    """`with _Slot(state, s) as slot:` holds an encode slot, or raises the 429 refusal.
-
-    A frame larger than 1080p costs a second slot (`slot.fit(frame)`): the server then holds
-    4x the bytes per frame and ffmpeg scales, so two such encodes would not fit the limit."""
-
-    def __init__(self, state: State, expected_s: float) -> None:
-        self._state = state
-        self._expected_s = expected_s
-        self._stack = contextlib.ExitStack()
-        self._held = 0
-
-    def _take(self) -> None:
+@contextlib.contextmanager
+def _slot(state: State, expected_s: float) -> Iterator[None]:
+    """Holds an encode slot for the block, or raises the 429 refusal. One slot whatever the
+    output's size: its frames come within 1080p, so a 4K encode costs what a 1080p one does."""
+    with contextlib.ExitStack() as stack:
         try:
-            self._stack.enter_context(self._state.slots.take(self._expected_s))
+            stack.enter_context(state.slots.take(expected_s))
         except BusyError as exc:
-            self._state.metrics.rejected.inc()
+            state.metrics.rejected.inc()
             headers = {"Retry-After": str(exc.retry_after_s)}
             raise RefusalError(_error(429, str(exc), **headers)) from exc
-        self._held += 1
-        self._state.metrics.in_flight.inc()
-
-    def fit(self, frame: Frame) -> None:
-        if encode.is_large(frame.header) and self._held < 2:
-            self._take()
-
-    def __enter__(self) -> _Slot:
-        self._take()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._state.metrics.in_flight.dec(self._held)
-        self._held = 0
-        self._stack.close()
+        state.metrics.in_flight.inc()
+        try:
+            yield
+        finally:
+            state.metrics.in_flight.dec()
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -320,26 +306,14 @@ async def outputs(request: web.Request) -> web.Response:
     return web.json_response({"node": state.settings.node_name, "outputs": visible})
 
 
-async def _png(frame: Frame) -> bytes:
-    """In this process when no scaling is needed (faster, no child), else with ffmpeg."""
-    if encode.is_large(frame.header):
-        return await encode.still_png(frame.header, frame.pixels)
-    return await asyncio.to_thread(encode_png, frame.header, frame.pixels)
-
-
 async def still(request: web.Request) -> web.Response:
+    """A PNG of the output, made in this process (no ffmpeg: its start alone costs more)."""
     state = request.app[STATE]
     output = await state.authorized(request)
-    with _Slot(state, expected_s=1.0) as slot:
+    with _slot(state, expected_s=1.0):
         started = time.monotonic()
         frame = await _frame(state, output)
-        slot.fit(frame)
-        try:
-            png = await _png(frame)
-        except FfmpegError as exc:
-            state.metrics.encodes.labels(kind="still", encoder="software", result="error").inc()
-            log.error("still of %s failed: %s", output.name, exc)
-            return _error(500, str(exc))
+        png = await asyncio.to_thread(encode_png, frame.header, frame.pixels)
     state.metrics.encodes.labels(kind="still", encoder="software", result="ok").inc()
     state.metrics.encode_seconds.labels(kind="still", encoder="software").observe(
         time.monotonic() - started
@@ -356,9 +330,8 @@ async def clip(request: web.Request) -> web.StreamResponse:
     output = await state.authorized(request)
     seconds = parse_seconds(request.query.get("seconds"), state.settings)
     choice = await state.choice
-    with _Slot(state, expected_s=seconds) as slot:
+    with _slot(state, expected_s=seconds):
         first = await _frame(state, output)
-        slot.fit(first)
         return await _ClipRun(state, request, output, choice, first, seconds).run()
 
 
@@ -450,7 +423,7 @@ class _ClipRun:
             with LayoutCapture(self.state.settings.capture_socket,
                                timeout=FRAME_TIMEOUT_S) as capture:
                 if self.frames > 1:
-                    capture.request(self.output.name)
+                    capture.request(self.output.name, encode.MAX_SIDE)
                 start = time.monotonic()
                 for index in range(self.frames):
                     if index:
@@ -459,7 +432,7 @@ class _ClipRun:
                         frame = capture.receive()
                         self.state.metrics.frames.inc()
                         if index + 1 < self.frames:
-                            capture.request(self.output.name)
+                            capture.request(self.output.name, encode.MAX_SIDE)
                         if frame.header != self.first.header:
                             log.info("%s changed size mid-clip: clip ends at frame %d",
                                      self.output.name, index)
@@ -539,7 +512,7 @@ _MMAP_THRESHOLD_BYTES: Final = 1024 * 1024
 
 
 def return_frames_to_the_kernel() -> None:
-    """Pin glibc's mmap threshold at 1 MiB: frames (8 MiB at 1080p, 33 MiB at 4K) are then
+    """Pin glibc's mmap threshold at 1 MiB: frames (up to 8 MiB, 1080p) are then
     mmapped and unmapped when freed. Left dynamic, glibc raises the threshold after the first
     free and later frames stay in per-thread heaps: the server's RSS grew from 40 to 140 MiB
     over two clips, eating the margin the encode bound relies on."""

@@ -21,8 +21,9 @@ from typing import Final
 DEFAULT_ADDR: Final = ":9201"
 DEFAULT_WESTON_INI: Final = Path("/etc/weston/weston.ini")
 DEFAULT_TLS_DIR: Final = Path("/var/run/display-capture-tls")
-# ultrafast x264 peaks at 129 MiB (1080p) and 160 MiB (4K scaled to 1080p), weston.md §6; two
-# of them beside this server (~60 MiB) and two frames in flight stay inside the 384Mi limit.
+# Every frame is at most 1080p (the layout module shrinks larger outputs), and ultrafast x264
+# on 1080p peaks at 129 MiB (weston.md §6; ~100 MiB in bench/capture): two of them beside this
+# server (~60 MiB) and two frames in flight stay inside the 384Mi limit with margin.
 DEFAULT_MAX_ENCODES: Final = 2
 DEFAULT_CLIP_S: Final = 3.0
 MAX_CLIP_S: Final = 30.0

@@ -3,7 +3,9 @@
 The module (`westonctl/layout/layout.c`, weston's shell) speaks a line protocol on both; its
 header comment is the specification. Control: greeting `LAYOUT 1`, then `CREATE <claim>
 <output> <socket-path>`, `REMOVE <claim>` and `LIST`, each answered by `OK ...` or
-`ERR <code> <text>`. Capture: greeting `LAYOUT-CAPTURE 1`, then `FRAME <output>`, answered by
+`ERR <code> <text>`. Capture: greeting `LAYOUT-CAPTURE 1`, then `FRAME <output>` or
+`FRAME <output> <max-width>x<max-height>` (the module box-filters the frame down by the
+smallest integer factor that fits it in the bound), answered by
 `FRAME <width> <height> <stride> <format> <yflip> <nbytes>` and the pixels, or by `ERR`.
 
 Arguments are checked here against the module's own rules before anything is sent, so a bad
@@ -30,6 +32,10 @@ OUTPUT_MAX: Final = 63
 SUN_PATH_MAX: Final = 107
 # Larger than any mode weston can drive; a header beyond it is corrupt, not a big monitor.
 FRAME_SIDE_MAX: Final = 16384
+# The sides a frame request's bound may have, as the module checks them (a smaller bound
+# would need a factor whose block sums could overflow there).
+BOUND_MIN: Final = 16
+BOUND_MAX: Final = 16384
 DEFAULT_TIMEOUT_S: Final = 5.0
 
 PixelFormat = Literal["XRGB8888", "ARGB8888", "XBGR8888", "ABGR8888"]
@@ -175,9 +181,23 @@ def encode_list() -> bytes:
     return b"LIST\n"
 
 
-def encode_frame(output: str) -> bytes:
+def _check_bound(max_size: tuple[int, int]) -> None:
+    if len(max_size) != 2 or not all(
+        isinstance(side, int) and not isinstance(side, bool) and BOUND_MIN <= side <= BOUND_MAX
+        for side in max_size
+    ):
+        raise LayoutUsageError(
+            f"max_size must be (width, height), each an int from {BOUND_MIN} to {BOUND_MAX}, "
+            f"got {max_size!r}"
+        )
+
+
+def encode_frame(output: str, max_size: tuple[int, int] | None = None) -> bytes:
     _check_output(output)
-    return f"FRAME {output}\n".encode()
+    if max_size is None:
+        return f"FRAME {output}\n".encode()
+    _check_bound(max_size)
+    return f"FRAME {output} {max_size[0]}x{max_size[1]}\n".encode()
 
 
 def parse_error(line: str) -> LayoutReplyError | None:
@@ -384,7 +404,11 @@ class LayoutControl:
 
 class LayoutCapture:
     """A connection to the capture socket. `frame` asks for one frame and waits for it;
-    `request` and `receive` pipeline (up to 16 outstanding requests, one output at a time)."""
+    `request` and `receive` pipeline (up to 16 outstanding requests, for one output and one
+    `max_size` at a time). With `max_size` the module sends the frame shrunk by the smallest
+    integer factor f with ceil(width / f) and ceil(height / f) inside it (each pixel the
+    mean of an f x f block): 3840x2160 in 1920x1080 comes as 1920x1080, 2560x1440 as
+    1280x720; a frame that fits comes as it is."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = DEFAULT_TIMEOUT_S):
         self._channel = _Channel(Path(path), greeting=CAPTURE_GREETING, timeout=timeout)
@@ -398,14 +422,14 @@ class LayoutCapture:
     def close(self) -> None:
         self._channel.close()
 
-    def request(self, output: str) -> None:
-        self._channel.send(encode_frame(output), self._channel.deadline())
+    def request(self, output: str, max_size: tuple[int, int] | None = None) -> None:
+        self._channel.send(encode_frame(output, max_size), self._channel.deadline())
 
     def receive(self) -> Frame:
         deadline = self._channel.deadline()
         header = parse_frame_header(_reply(self._channel, deadline))
         return Frame(header=header, pixels=self._channel.read_exact(header.size, deadline))
 
-    def frame(self, output: str) -> Frame:
-        self.request(output)
+    def frame(self, output: str, max_size: tuple[int, int] | None = None) -> Frame:
+        self.request(output, max_size)
         return self.receive()

@@ -75,6 +75,25 @@ def test_encode_remove_list_frame() -> None:
 
 
 @pytest.mark.parametrize(
+    ("max_size", "line"),
+    [((1920, 1080), b"FRAME X2 1920x1080\n"), ((16, 16384), b"FRAME X2 16x16384\n")],
+    ids=["1080p", "extremes"],
+)
+def test_encode_frame_with_a_bound(max_size: tuple[int, int], line: bytes) -> None:
+    assert layout.encode_frame("X2", max_size) == line
+
+
+@pytest.mark.parametrize(
+    "max_size",
+    [(0, 1080), (1920, 15), (16385, 1080), (1920,), (1920, 1080, 1), (1920.0, 1080), (True, 16)],
+    ids=["zero", "below-16", "above-16384", "one-side", "three-sides", "float", "bool"],
+)
+def test_encode_frame_rejects_a_bound_the_module_would(max_size: tuple[int, int]) -> None:
+    with pytest.raises(LayoutUsageError, match="max_size"):
+        layout.encode_frame("X2", max_size)
+
+
+@pytest.mark.parametrize(
     ("line", "code", "text"),
     [
         ("ERR not-found no claim c", "not-found", "no claim c"),
@@ -249,12 +268,15 @@ def test_capture_reads_header_and_pixels(tmp_path: Path) -> None:
         conn.sendall(bytes([40, 50, 60, 0]))
         _reads(conn, b"FRAME X9\n")
         conn.sendall(b"ERR no-output no output named X9\n")
+        _reads(conn, b"FRAME X1 16x16\n")
+        conn.sendall(b"FRAME 1 1 4 XRGB8888 0 4\n" + bytes([70, 80, 90, 0]))
 
     with _server(tmp_path, script) as path, layout.LayoutCapture(path, timeout=5) as capture:
         frame = capture.frame("X1")
         assert (frame.rgb(0, 0), frame.rgb(0, 1)) == ((30, 20, 10), (60, 50, 40))
         with pytest.raises(LayoutReplyError, match="no-output"):
             capture.frame("X9")
+        assert capture.frame("X1", (16, 16)).rgb(0, 0) == (90, 80, 70)
 
 
 @pytest.mark.parametrize(

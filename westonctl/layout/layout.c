@@ -35,8 +35,9 @@
  * its socket. Claims live only as long as the compositor: the operator recreates them.
  *
  * Capture socket (`[layout] capture-socket=PATH`, mode 0660). Greeting `LAYOUT-CAPTURE 1`.
- * Each `FRAME <output>` line is answered by exactly one reply: either
- * `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long) or the line
+ * Each `FRAME <output> [<max-width>x<max-height>]` line is answered by exactly one reply:
+ * either `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long, io) or
+ * the line
  *   FRAME <width> <height> <stride> <format> <yflip> <nbytes>
  * followed by nbytes of pixels (format is a DRM fourcc name such as XRGB8888, in
  * little-endian memory order; yflip 1 means the first row is the bottom one). A request
@@ -44,7 +45,22 @@
  * the output's frame signal (so a renderer is needed: pixman or gl). One connection holds
  * at most one frame being sent: frames that occur while the previous one is still unread
  * are lost, the compositor never waits. Up to 16 requests may be outstanding, for one
- * output at a time.
+ * output and one bound at a time.
+ *
+ * The optional bound (each side 16..16384, decimal without sign or leading zero) asks for
+ * a frame no larger than it: the module picks the smallest integer factor f >= 1 with
+ * ceil(w/f) <= max-width and ceil(h/f) <= max-height and sends a ceil(w/f) x ceil(h/f)
+ * frame (the header gives that size and its stride), each pixel the mean of its f x f block,
+ * byte by byte, rounded half up. The last column and row of blocks may be cut by the edge
+ * of the output: they average the pixels they have (ceil, so no pixel is dropped). Blocks
+ * are anchored at the image's top-left corner whichever way the renderer orders rows, and
+ * yflip keeps its meaning: a y-flipped frame is still sent bottom row first. A frame that
+ * already fits is sent as read. The filter runs in weston's thread, in one pass, on bands
+ * of the output read in turn (the full frame is never held): for 3840x2160 -> 1920x1080
+ * with pixman on the x11 backend, reading and filtering took 8-9 ms a frame (median;
+ * 5.5 ms at best, of which about 2 ms is the filter) against 6 ms to read the full frame,
+ * and weston's CPU per captured frame fell from about 18 to 12 ms, as a quarter of the
+ * bytes is sent.
  *
  * I/O: every socket is non-blocking and driven by wl_event_loop fd sources; each
  * connection has a bounded input buffer and a bounded queue of text replies; a peer that
@@ -81,6 +97,15 @@
 #define OUTPUT_NAME_MAX 63
 #define ACCEPTS_PER_WAKEUP 64
 #define READ_PER_WAKEUP (64 * 1024)
+#define BOUND_MIN 16
+#define BOUND_MAX 16384
+/* A byte's sum over a block of up to FACTOR_MAX^2 pixels fits 32 bits, and the rounded
+ * division by reciprocal (RECIP_SHIFT) is exact for blocks of up to 2^23 pixels. BOUND_MIN
+ * keeps the factor within it for any output up to 32768 pixels a side. */
+#define FACTOR_MAX 2048
+#define RECIP_SHIFT 55
+/* A band of the output read at a time: it stays in L2 while it is filtered. */
+#define BAND_BYTES (256 * 1024)
 
 struct layout;
 
@@ -105,8 +130,9 @@ struct conn {
 	struct chunk *head, *tail;
 	size_t text_queued;
 	bool frame_in_flight;
-	/* capture only */
+	/* capture only: the output and bound (0 x 0 for none) of the pending requests */
 	char output[OUTPUT_NAME_MAX + 1];
+	int32_t max_width, max_height;
 	int pending;
 };
 
@@ -859,25 +885,236 @@ capture_fail_pending(struct conn *conn, const char *code, const char *text)
 	}
 }
 
+/* `len` bytes of decimal, BOUND_MIN..BOUND_MAX, without sign or leading zero; else -1. */
+static int32_t
+parse_side(const char *s, size_t len)
+{
+	int32_t value = 0;
+	size_t i;
+
+	if (len == 0 || len > 5 || s[0] == '0')
+		return -1;
+	for (i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		value = value * 10 + (s[i] - '0');
+	}
+	return value >= BOUND_MIN && value <= BOUND_MAX ? value : -1;
+}
+
+/* `<width>x<height>`; false when either side is not a valid bound. */
+static bool
+parse_bound(const char *s, int32_t *width, int32_t *height)
+{
+	const char *x = strchr(s, 'x');
+
+	if (!x)
+		return false;
+	*width = parse_side(s, (size_t)(x - s));
+	*height = parse_side(x + 1, strlen(x + 1));
+	return *width > 0 && *height > 0;
+}
+
 static bool
 capture_line(struct conn *conn, char *line)
 {
-	char *w[3];
+	char *w[4];
 	struct weston_output *output;
-	int n = split_words(line, w, 2);
+	int32_t max_width = 0, max_height = 0;
+	int n = split_words(line, w, 3);
 
-	if (n != 2 || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
-		return conn_printf(conn, "ERR bad-request expected FRAME <output>\n");
+	if ((n != 2 && n != 3) || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
+		return conn_printf(conn, "ERR bad-request expected FRAME <output> "
+				   "[<max-width>x<max-height>]\n");
+	if (n == 3 && !parse_bound(w[2], &max_width, &max_height))
+		return conn_printf(conn, "ERR bad-request bound must be <max-width>x<max-height>, "
+				   "each %d-%d\n", BOUND_MIN, BOUND_MAX);
 	output = find_output(conn->layout, w[1]);
 	if (!output)
 		return conn_printf(conn, "ERR no-output no output named %s\n", w[1]);
 	if (conn->pending > 0 && strcmp(conn->output, w[1]) != 0)
 		return conn_printf(conn, "ERR busy frames of %s are outstanding\n", conn->output);
+	if (conn->pending > 0 && (conn->max_width != max_width || conn->max_height != max_height))
+		return conn_printf(conn, "ERR busy frames of %s with another bound are outstanding\n",
+				   conn->output);
 	if (conn->pending >= MAX_PENDING_FRAMES)
 		return conn_printf(conn, "ERR busy %d frames are outstanding\n", conn->pending);
 	strcpy(conn->output, w[1]);
+	conn->max_width = max_width;
+	conn->max_height = max_height;
 	conn->pending++;
 	weston_output_schedule_repaint(output);
+	return true;
+}
+
+/* The smallest f >= 1 with ceil(width/f) <= max_width and ceil(height/f) <= max_height. */
+static int32_t
+downscale_factor(int32_t width, int32_t height, int32_t max_width, int32_t max_height)
+{
+	int32_t fx, fy;
+
+	if (max_width == 0)
+		return 1;
+	fx = (width + max_width - 1) / max_width;
+	fy = (height + max_height - 1) / max_height;
+	if (fx < fy)
+		fx = fy;
+	return fx > 1 ? fx : 1;
+}
+
+/* m with (n * m) >> RECIP_SHIFT == n / count for every n < 256 * count (see FACTOR_MAX). */
+static inline uint64_t
+reciprocal(uint32_t count)
+{
+	return (((uint64_t)1 << RECIP_SHIFT) + count - 1) / count;
+}
+
+/*
+ * Writes `count` pixels to `out`, each the rounded mean, byte by byte, of a block of
+ * block_width x block_height pixels; the blocks sit side by side from `in`, whose rows are
+ * `stride` bytes apart.
+ */
+static void
+box_blocks(uint8_t *out, const uint8_t *in, size_t stride, int32_t count,
+	   int32_t block_width, int32_t block_height)
+{
+	const uint32_t half = (uint32_t)(block_width * block_height) / 2;
+	const uint64_t m = reciprocal((uint32_t)(block_width * block_height));
+	int32_t i, y, x;
+
+	for (i = 0; i < count; i++, in += (size_t)block_width * 4, out += 4) {
+		uint32_t b0 = half, b1 = half, b2 = half, b3 = half;
+		const uint8_t *line = in;
+
+		for (y = 0; y < block_height; y++, line += stride) {
+			for (x = 0; x < block_width * 4; x += 4) {
+				b0 += line[x];
+				b1 += line[x + 1];
+				b2 += line[x + 2];
+				b3 += line[x + 3];
+			}
+		}
+		out[0] = (uint8_t)((b0 * m) >> RECIP_SHIFT);
+		out[1] = (uint8_t)((b1 * m) >> RECIP_SHIFT);
+		out[2] = (uint8_t)((b2 * m) >> RECIP_SHIFT);
+		out[3] = (uint8_t)((b3 * m) >> RECIP_SHIFT);
+	}
+}
+
+typedef uint8_t bytes16 __attribute__((vector_size(16)));
+typedef uint16_t words8 __attribute__((vector_size(16)));
+typedef uint16_t words16 __attribute__((vector_size(32)));
+
+/*
+ * box_blocks for 2 x 2 blocks (4K to 1080p, 1440p to 720p), three times faster with the
+ * compiler's portable vectors (SSE2 or NEON): four output pixels a step, from eight source
+ * pixels of each of the two rows widened to 16 bits (four bytes sum to at most 1020).
+ */
+static void
+box_blocks_2x2(uint8_t *out, const uint8_t *in, size_t stride, int32_t count)
+{
+	int32_t i;
+
+	for (i = 0; i + 4 <= count; i += 4, in += 32, out += 16) {
+		bytes16 top[2], bottom[2], mean;
+		words16 sums[2];
+		words8 left[2], right[2];
+		int k;
+
+		memcpy(top, in, 32);
+		memcpy(bottom, in + stride, 32);
+		for (k = 0; k < 2; k++) {
+			sums[k] = __builtin_convertvector(top[k], words16) +
+				  __builtin_convertvector(bottom[k], words16);
+			/* Each 16-lane sum holds four pixels: add pixels 0 and 1, 2 and 3. */
+			left[k] = __builtin_shufflevector(sums[k], sums[k], 0, 1, 2, 3, 8, 9, 10, 11);
+			right[k] = __builtin_shufflevector(sums[k], sums[k], 4, 5, 6, 7, 12, 13, 14, 15);
+			left[k] = (left[k] + right[k] + 2) >> 2;
+		}
+		mean = __builtin_convertvector(__builtin_shufflevector(left[0], left[1], 0, 1, 2, 3, 4,
+								       5, 6, 7, 8, 9, 10, 11, 12,
+								       13, 14, 15),
+					       bytes16);
+		memcpy(out, &mean, 16);
+	}
+	box_blocks(out, in, stride, count - i, 2, 2);
+}
+
+/* One output row from block_height source rows at `in`: full blocks, then the last one,
+ * which the right edge may cut. */
+static void
+box_row(uint8_t *out, const uint8_t *in, int32_t width, int32_t factor, int32_t block_height)
+{
+	const size_t stride = (size_t)width * 4;
+	const int32_t full = width / factor;
+	const int32_t rest = width - full * factor;
+
+	if (factor == 2 && block_height == 2)
+		box_blocks_2x2(out, in, stride, full);
+	else
+		box_blocks(out, in, stride, full, factor, block_height);
+	if (rest)
+		box_blocks(out + (size_t)full * 4, in + (size_t)full * factor * 4, stride, 1, rest,
+			   block_height);
+}
+
+/* Source rows of output row j (memory order): the row of blocks the image's bottom edge
+ * cuts is the first in memory when y-flipped, else the last. */
+static inline int32_t
+block_height(int32_t j, int32_t out_height, int32_t last_height, int32_t factor, bool yflip)
+{
+	return (yflip ? j == 0 : j == out_height - 1) ? last_height : factor;
+}
+
+/*
+ * Reads the output band by band into a buffer that stays in cache and box-filters each
+ * band by `factor` into `out` (ceil(width/factor) x ceil(height/factor) packed pixels), so
+ * the full frame is never in memory. read_pixels' y counts memory rows of a whole read
+ * whatever the renderer (pixman counts from the top and does not flip, gl counts from the
+ * bottom and flips), so bands are consecutive memory rows. False when read_pixels fails.
+ */
+static bool
+read_downscaled(struct weston_output *output, pixman_format_code_t format, uint8_t *out,
+		int32_t factor, bool yflip)
+{
+	struct weston_compositor *ec = output->compositor;
+	const int32_t width = output->current_mode->width;
+	const int32_t height = output->current_mode->height;
+	const size_t stride = (size_t)width * 4;
+	const size_t out_stride = (size_t)((width + factor - 1) / factor) * 4;
+	const int32_t out_height = (height + factor - 1) / factor;
+	const int32_t last_height = height - (out_height - 1) * factor;
+	int32_t blocks_per_band = (int32_t)(BAND_BYTES / (stride * (size_t)factor));
+	int32_t row = 0, j = 0, k, n, rows;
+	uint8_t *band;
+	const uint8_t *in;
+
+	if (blocks_per_band < 1)
+		blocks_per_band = 1;
+	if (blocks_per_band > out_height)
+		blocks_per_band = out_height;
+	band = malloc(stride * (size_t)blocks_per_band * (size_t)factor);
+	if (!band)
+		return false;
+	while (j < out_height) {
+		n = out_height - j < blocks_per_band ? out_height - j : blocks_per_band;
+		rows = 0;
+		for (k = 0; k < n; k++)
+			rows += block_height(j + k, out_height, last_height, factor, yflip);
+		if (ec->renderer->read_pixels(output, format, band, 0, (uint32_t)row,
+					      (uint32_t)width, (uint32_t)rows) < 0) {
+			free(band);
+			return false;
+		}
+		for (k = 0, in = band; k < n; k++, j++) {
+			const int32_t h = block_height(j, out_height, last_height, factor, yflip);
+
+			box_row(out + (size_t)j * out_stride, in, width, factor, h);
+			in += (size_t)h * stride;
+		}
+		row += rows;
+	}
+	free(band);
 	return true;
 }
 
@@ -887,27 +1124,39 @@ capture_frame(struct conn *conn, struct weston_output *output)
 {
 	struct weston_compositor *ec = output->compositor;
 	const char *name = format_name(ec->read_format);
-	int32_t width = output->current_mode->width;
-	int32_t height = output->current_mode->height;
-	size_t stride, size;
+	const bool yflip = ec->capabilities & WESTON_CAP_CAPTURE_YFLIP;
+	const int32_t full_width = output->current_mode->width;
+	const int32_t full_height = output->current_mode->height;
+	int32_t factor = downscale_factor(full_width, full_height, conn->max_width,
+					  conn->max_height);
+	int32_t width = (full_width + factor - 1) / factor;
+	int32_t height = (full_height + factor - 1) / factor;
+	size_t stride = (size_t)width * 4;
+	size_t size = stride * (size_t)height;
 	char *pixels;
+	bool read;
 
 	conn->pending--;
 	if (!name || PIXMAN_FORMAT_BPP(ec->read_format) != 32)
 		return conn_printf(conn, "ERR io unsupported read format 0x%08x\n",
 				   (unsigned)ec->read_format);
-	stride = (size_t)width * 4;
-	size = stride * (size_t)height;
+	if (factor > FACTOR_MAX)
+		return conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", full_width,
+				   full_height, conn->max_width, conn->max_height);
 	pixels = malloc(size);
 	if (!pixels)
 		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
-	if (ec->renderer->read_pixels(output, ec->read_format, pixels, 0, 0, (uint32_t)width,
-				      (uint32_t)height) < 0) {
+	if (factor == 1)
+		read = ec->renderer->read_pixels(output, ec->read_format, pixels, 0, 0,
+						 (uint32_t)width, (uint32_t)height) >= 0;
+	else
+		read = read_downscaled(output, ec->read_format, (uint8_t *)pixels, factor, yflip);
+	if (!read) {
 		free(pixels);
 		return conn_printf(conn, "ERR io read_pixels failed\n");
 	}
 	if (!conn_printf(conn, "FRAME %d %d %zu %s %d %zu\n", width, height, stride, name,
-			 (ec->capabilities & WESTON_CAP_CAPTURE_YFLIP) ? 1 : 0, size)) {
+			 yflip ? 1 : 0, size)) {
 		free(pixels);
 		return false;
 	}

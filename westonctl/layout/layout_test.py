@@ -2,7 +2,9 @@
 
 The module is compiled once per session from this directory's build.sh. Two outputs come
 from weston's x11 backend on Xvfb (X1 320x240 at x=0, X2 400x300 at x=320); one from the
-headless backend. Placement is checked through the module's own capture socket.
+headless backend. Placement is checked through the module's own capture socket. Bounded
+(downscaled) frames are checked pixel by pixel against a model of what the output shows,
+with pixman and with gl (whose frames are y-flipped), and at 4K.
 """
 
 from __future__ import annotations
@@ -93,13 +95,18 @@ def claims(two_outputs: Compositor) -> Iterator[LayoutControl]:
 
 
 def wait_frame(
-    capture_path: Path, output: str, check: Callable[[Frame], bool], *, what: str
+    capture_path: Path,
+    output: str,
+    check: Callable[[Frame], bool],
+    *,
+    what: str,
+    max_size: tuple[int, int] | None = None,
 ) -> Frame:
     """Capture `output` until `check` holds; the last frame's failure is reported on timeout."""
     deadline = time.monotonic() + WAIT_S
     with LayoutCapture(capture_path, timeout=WAIT_S) as capture:
         while True:
-            frame = capture.frame(output)
+            frame = capture.frame(output, max_size)
             if check(frame):
                 return frame
             if time.monotonic() > deadline:
@@ -401,11 +408,42 @@ def test_client_ignoring_the_size_is_centred_on_black(one_output: Compositor) ->
     ("request_line", "code"),
     [
         (b"FRAME nowhere\n", b"no-output"),
+        (b"FRAME nowhere 320x240\n", b"no-output"),
         (b"FRAME\n", b"bad-request"),
         (b"FRAME a b\n", b"bad-request"),
         (b"SNAP headless\n", b"bad-request"),
+        (b"FRAME headless 0x0\n", b"bad-request"),
+        (b"FRAME headless 15x240\n", b"bad-request"),
+        (b"FRAME headless 320x16385\n", b"bad-request"),
+        (b"FRAME headless 99999999999x240\n", b"bad-request"),
+        (b"FRAME headless 0320x240\n", b"bad-request"),
+        (b"FRAME headless +320x240\n", b"bad-request"),
+        (b"FRAME headless 320X240\n", b"bad-request"),
+        (b"FRAME headless 320x\n", b"bad-request"),
+        (b"FRAME headless x240\n", b"bad-request"),
+        (b"FRAME headless 320x240x2\n", b"bad-request"),
+        (b"FRAME headless 320x240 1\n", b"bad-request"),
+        (b"FRAME headless \n", b"bad-request"),
     ],
-    ids=["unknown-output", "no-output-named", "two-outputs", "verb"],
+    ids=[
+        "unknown-output",
+        "unknown-output-bounded",
+        "no-output-named",
+        "two-outputs",
+        "verb",
+        "bound-zero",
+        "bound-below-16",
+        "bound-above-16384",
+        "bound-overflow",
+        "bound-leading-zero",
+        "bound-sign",
+        "bound-capital-x",
+        "bound-no-height",
+        "bound-no-width",
+        "bound-three-sides",
+        "bound-then-more",
+        "trailing-space",
+    ],
 )
 def test_malformed_capture_requests_get_error_replies(
     one_output: Compositor, request_line: bytes, code: bytes
@@ -416,6 +454,194 @@ def test_malformed_capture_requests_get_error_replies(
         error, header = _lines(sock, 2)
         assert error.split(b" ")[:2] == [b"ERR", code]
         assert header.startswith(b"FRAME 640 480 ")
+
+
+def test_outstanding_frames_share_one_bound(one_output: Compositor) -> None:
+    with _raw(one_output.capture) as sock, sock.makefile("rb") as replies:
+        assert replies.readline() == b"LAYOUT-CAPTURE 1\n"
+        # One write: the second request is parsed while the first is outstanding.
+        sock.sendall(b"FRAME headless 320x240\nFRAME headless\nFRAME headless 320x240\n")
+        got: list[str] = []
+        while len(got) < 3:
+            line = replies.readline().decode().rstrip("\n")
+            if line.startswith("ERR "):
+                got.append(line.split(" ")[1])
+                continue
+            header = layout_module.parse_frame_header(line)
+            assert len(replies.read(header.size)) == header.size
+            got.append(f"{header.width}x{header.height}")
+        assert sorted(got) == ["320x240", "320x240", "busy"]
+
+
+# ---------- bounded frames: the module's box filter ----------
+
+# A client of this size that ignores the size asked for is centred, at ((w - 65) // 2,
+# (h - 49) // 2): on 642x482 its right and bottom edges cut blocks of 2 and 3 pixels, on
+# 3840x2160 its left and top edges cut blocks of 2.
+RECT_SIZE = (65, 49)
+ODD = (642, 482)
+UHD = (3840, 2160)
+# Past this many pixels a frame is compared around the rectangle and along its edges only.
+_COMPARE_ALL_MAX = 400_000
+
+
+def _mean(inside: int, outside: int, count: int, within: int) -> int:
+    """One byte's rounded-half-up mean over `count` pixels, `within` of them `inside`."""
+    return (inside * within + outside * (count - within) + count // 2) // count
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """What an output shows: `background` everywhere, `colour` over `rect` (x, y, w, h)."""
+
+    size: tuple[int, int]
+    rect: tuple[int, int, int, int]
+    background: tuple[int, int, int]
+    colour: tuple[int, int, int]
+
+    def block(self, i: int, j: int, factor: int) -> tuple[int, int, int]:
+        """Pixel (i, j) of the frame shrunk by `factor`: its block's mean, the edges cut."""
+        width, height = self.size
+        left, top = i * factor, j * factor
+        right, bottom = min(width, left + factor), min(height, top + factor)
+        x, y, w, h = self.rect
+        within = max(0, min(right, x + w) - max(left, x)) * max(0, min(bottom, y + h) - max(top, y))
+        count = (right - left) * (bottom - top)
+        red, green, blue = (
+            _mean(c, b, count, within) for c, b in zip(self.colour, self.background, strict=True)
+        )
+        return red, green, blue
+
+    def points(self, factor: int) -> list[tuple[int, int]]:
+        """Frame pixels to compare: all of a small frame; else the blocks around the
+        rectangle, and the frame's first and last rows and columns."""
+        width = -(-self.size[0] // factor)
+        height = -(-self.size[1] // factor)
+        if width * height <= _COMPARE_ALL_MAX:
+            return [(i, j) for j in range(height) for i in range(width)]
+        x, y, w, h = self.rect
+        window = [
+            (i, j)
+            for j in range(y // factor - 2, (y + h) // factor + 3)
+            for i in range(x // factor - 2, (x + w) // factor + 3)
+        ]
+        rows = [(i, j) for j in (0, height - 1) for i in range(width)]
+        columns = [(i, j) for i in (0, width - 1) for j in range(height)]
+        return window + rows + columns
+
+    def mismatches(self, frame: Frame, factor: int) -> list[str]:
+        """Where `frame` differs from the scene shrunk by `factor` (the first ten)."""
+        wrong = []
+        for i, j in self.points(factor):
+            got, want = frame.rgb(i, j), self.block(i, j, factor)
+            if got != want:
+                wrong.append(f"({i}, {j}): {got} != {want}")
+        return wrong[:10]
+
+
+@contextlib.contextmanager
+def _scene(
+    layout_so: Path, size: tuple[int, int], renderer: weston_support.Renderer
+) -> Iterator[tuple[Compositor, Scene]]:
+    """Headless weston of `size`: a red client fills it, a blue RECT_SIZE one is centred."""
+    with (
+        _sockets_dir() as sockets,
+        weston_support.headless(
+            size=size, renderer=renderer, config=layout_ini(sockets), args=[f"--shell={layout_so}"]
+        ) as w,
+    ):
+        compositor = Compositor(weston=w, sockets=sockets)
+        path = compositor.claim_socket("s")
+        with LayoutControl(compositor.control) as control:
+            control.create_claim_socket(path, "headless", "claim-s")
+        rect = ((size[0] - RECT_SIZE[0]) // 2, (size[1] - RECT_SIZE[1]) // 2, *RECT_SIZE)
+        scene = Scene(size=size, rect=rect, background=RED, colour=BLUE)
+        with SolidClient(path, colour=RED):
+            wait_frame(compositor.capture, "headless", all_one(RED), what="red over headless")
+            with SolidClient(path, colour=BLUE, size=RECT_SIZE, honour_configure=False):
+                wait_frame(
+                    compositor.capture,
+                    "headless",
+                    lambda f: f.rgb(rect[0], rect[1]) == BLUE and not scene.mismatches(f, 1),
+                    what="the blue client centred on the red one",
+                    max_size=None,
+                )
+                yield compositor, scene
+
+
+@pytest.fixture(scope="module")
+def odd_scene(layout_so: Path) -> Iterator[tuple[Compositor, Scene]]:
+    with _scene(layout_so, ODD, "pixman") as scene:
+        yield scene
+
+
+@pytest.fixture(scope="module")
+def flipped_scene(layout_so: Path) -> Iterator[tuple[Compositor, Scene]]:
+    with _scene(layout_so, ODD, "gl") as scene:
+        yield scene
+
+
+# (bound, factor, frame size) on 642x482.
+BOUNDS = [
+    ((642, 482), 1, (642, 482)),
+    ((4000, 4000), 1, (642, 482)),
+    ((321, 241), 2, (321, 241)),
+    ((320, 241), 3, (214, 161)),
+    ((321, 240), 3, (214, 161)),
+    ((100, 1000), 7, (92, 69)),
+    ((16, 16), 41, (16, 12)),
+]
+BOUND_IDS = ["exact", "larger", "half", "width-one-short", "height-one-short", "narrow", "smallest"]
+
+
+@pytest.mark.parametrize(("max_size", "factor", "size"), BOUNDS, ids=BOUND_IDS)
+def test_bounded_frame_is_the_block_mean_at_the_smallest_factor(
+    odd_scene: tuple[Compositor, Scene],
+    max_size: tuple[int, int],
+    factor: int,
+    size: tuple[int, int],
+) -> None:
+    compositor, scene = odd_scene
+    with LayoutCapture(compositor.capture, timeout=WAIT_S) as capture:
+        frame = capture.frame("headless", max_size)
+    header = frame.header
+    assert (header.width, header.height, header.stride) == (*size, size[0] * 4)
+    assert (header.size, header.y_flip) == (size[0] * 4 * size[1], False)
+    assert scene.mismatches(frame, factor) == []
+
+
+@pytest.mark.parametrize(("max_size", "factor", "size"), BOUNDS, ids=BOUND_IDS)
+def test_bounded_frame_from_gl_keeps_its_row_order_and_top_anchored_blocks(
+    flipped_scene: tuple[Compositor, Scene],
+    max_size: tuple[int, int],
+    factor: int,
+    size: tuple[int, int],
+) -> None:
+    # 482 rows are not a multiple of 3, 7 or 41: blocks anchored at the bottom (where a
+    # y-flipped frame starts) would straddle the blue rectangle's edges differently.
+    compositor, scene = flipped_scene
+    with LayoutCapture(compositor.capture, timeout=WAIT_S) as capture:
+        frame = capture.frame("headless", max_size)
+    assert (frame.header.width, frame.header.height, frame.header.y_flip) == (*size, True)
+    assert scene.mismatches(frame, factor) == []
+
+
+def test_4k_frame_bounded_to_1080p_is_the_2x2_mean(layout_so: Path) -> None:
+    with (
+        _scene(layout_so, UHD, "pixman") as (compositor, scene),
+        LayoutCapture(compositor.capture, timeout=WAIT_S) as capture,
+    ):
+        frame = capture.frame("headless", (1920, 1080))
+    header = frame.header
+    assert (header.width, header.height, header.stride, header.size) == (
+        1920,
+        1080,
+        1920 * 4,
+        1920 * 4 * 1080,
+    )
+    # The rectangle's top-left block holds one blue pixel of four; its edges, two.
+    assert frame.rgb(943, 527) == (_mean(0, 255, 4, 1), 0, _mean(255, 0, 4, 1)) == (191, 0, 64)
+    assert scene.mismatches(frame, 2) == []
 
 
 def test_claims_come_back_after_a_killed_compositor(layout_so: Path) -> None:
@@ -514,6 +740,15 @@ def _asan_session(compositor: Compositor) -> SolidClient:
         control.create_claim_socket(compositor.claim_socket("b"), "headless", "claim-b")
         with SolidClient(compositor.claim_socket("a"), colour=RED):
             wait_frame(compositor.capture, "headless", all_one(RED), what="red over headless")
+            # Bounded frames: the 2x2 path, and a factor of 7 whose edge blocks are cut.
+            for bound in ((320, 240), (100, 100)):
+                wait_frame(
+                    compositor.capture,
+                    "headless",
+                    all_one(RED),
+                    what=f"red over headless within {bound}",
+                    max_size=bound,
+                )
             with _raw(compositor.capture) as sleeper, _raw(compositor.control) as huge:
                 sleeper.sendall(b"FRAME headless\n" * 20 + b"FRAME \x00\xff\n")
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
