@@ -235,9 +235,7 @@ def _from_kubeconfig(path: Path) -> tuple[str, str | None, ssl.SSLContext | bool
 
     try:
         creds = kubeconfig.load(path)
-        tls: ssl.SSLContext | bool = (
-            creds.ssl_context() if creds.server.startswith("https://") else False
-        )
+        tls = creds.tls()
     except kubeconfig.KubeconfigError as exc:
         raise ReviewUnavailableError(str(exc)) from exc
-    return creds.server, creds.token, tls
+    return creds.server, creds.token, tls or False

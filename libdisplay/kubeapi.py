@@ -56,7 +56,7 @@ def from_kubeconfig(path: Path, *, context: str | None = None) -> Endpoint:
 
     try:
         creds = kubeconfig.load(path, context=context)
-        tls = creds.ssl_context() if creds.server.startswith("https://") else None
+        tls = creds.tls()
     except kubeconfig.KubeconfigError as err:
         raise ApiUnreachableError(str(err)) from err
     return Endpoint(server=creds.server, token=creds.token, tls=tls)
@@ -107,7 +107,7 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
     if response.status == 404:
         return None
     if response.status != 200:
-        raise ApiStatusError(path, response.status, _status_message(body, response.reason))
+        raise ApiStatusError(path, response.status, status_message(body, response.reason))
     try:
         data = json.loads(body)
     except ValueError as err:
@@ -117,7 +117,7 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
     return data
 
 
-def _status_message(body: bytes, reason: str) -> str:
+def status_message(body: bytes, reason: str) -> str:
     """The `message` of a Status body when there is one, else the HTTP reason."""
     try:
         status = json.loads(body)

@@ -54,6 +54,10 @@ class Credentials:
                     raise KubeconfigError(f"client certificate or key unusable: {err}") from err
         return context
 
+    def tls(self) -> ssl.SSLContext | None:
+        """`ssl_context()` for an https server; None for a plain-http one (a test's fake)."""
+        return self.ssl_context() if self.server.startswith("https://") else None
+
 
 def load(path: Path, *, context: str | None = None) -> Credentials:
     """The credentials of `context` (default: `current-context`) in the kubeconfig at `path`."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from libdisplay import display, kubeconfig
+from libdisplay import display, kubeapi, kubeconfig
 
 JsonObject = dict[str, Any]
 TIMEOUT_S: Final = 10.0
@@ -118,8 +118,9 @@ class Api:
         if access.kubeconfig is not None:
             creds = credentials(access.kubeconfig, context=access.context)
             self._token = creds.token
-            if creds.server.startswith("https://"):
-                handlers.append(urllib.request.HTTPSHandler(context=_tls(creds, access)))
+            tls = _tls(creds, access)
+            if tls is not None:
+                handlers.append(urllib.request.HTTPSHandler(context=tls))
         self._opener = urllib.request.build_opener(*handlers)
 
     # --- the calls simnode makes ---------------------------------------------------------
@@ -205,7 +206,7 @@ class Api:
         return decoded
 
     def _status_error(self, code: int, body: bytes, reason: str, what: str) -> StatusError:
-        message = _status_message(body) or reason
+        message = kubeapi.status_message(body, reason)
         if code == 401:
             text = (f"the API server at {self.access} refused the credentials (401 {message}):"
                     " renew the kubeconfig's token or certificate")
@@ -229,9 +230,9 @@ def _what(method: str, resource: Resource, *, name: str | None, namespace: str |
     return text
 
 
-def _tls(creds: kubeconfig.Credentials, access: Access) -> ssl.SSLContext:
+def _tls(creds: kubeconfig.Credentials, access: Access) -> ssl.SSLContext | None:
     try:
-        return creds.ssl_context()
+        return creds.tls()
     except (kubeconfig.KubeconfigError, ssl.SSLError) as exc:
         raise KubeconfigUnusableError(
             f"cannot use --kubeconfig {access.kubeconfig}: its TLS settings: {exc}"
@@ -242,12 +243,3 @@ def _reason(exc: OSError) -> str:
     if isinstance(exc, urllib.error.URLError):
         return str(exc.reason)
     return str(exc)
-
-
-def _status_message(body: bytes) -> str:
-    """The `message` of a Status body, if the body is one."""
-    try:
-        status = json.loads(body)
-    except ValueError:
-        return ""
-    return str(status.get("message") or "") if isinstance(status, dict) else ""

@@ -13,6 +13,7 @@ needs between commands, and a prepare and a background probe may reach the same 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import re
@@ -34,7 +35,6 @@ from libdisplay.ddc import (
     UnsupportedVcpError,
     VcpReading,
 )
-from libdisplay.ddc_socket import SocketI2c
 from libdisplay.drm import Card, Connector
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,12 @@ def open_i2c(dev_root: Path, bus: int) -> Transport:
         is_socket = stat.S_ISSOCK(path.stat().st_mode)
     except OSError:
         is_socket = False  # LinuxI2c's open names the path and the errno
-    return SocketI2c(path) if is_socket else LinuxI2c(path)
+    if not is_socket:
+        return LinuxI2c(path)
+    # Only here: the operator on a real node never loads the simulation's transport.
+    from libdisplay.ddc_socket import SocketI2c
+
+    return SocketI2c(path)
 
 
 class Buses:
@@ -253,6 +258,18 @@ class ClaimDdc:
             raise ClaimConfigError(f"{connector.name}: cannot open i2c-{bus}: {err}") from err
         if self._on_applied is not None:
             self._on_applied(connector.device_name, config)
+
+
+def applied(state: DdcState, config: DisplayConfig) -> DdcState:
+    """The monitor's state once `config`'s settings were applied and read back."""
+    power = _STATUS_POWER[POWER_VALUES[config.power]] if config.power else state.power
+    return dataclasses.replace(
+        state,
+        brightness=state.brightness if config.brightness is None else config.brightness,
+        contrast=state.contrast if config.contrast is None else config.contrast,
+        input=config.input or state.input,
+        power=power,
+    )
 
 
 def _percent(client: DdcClient, code: int) -> int | None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import functools
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
@@ -120,16 +119,8 @@ class NodeRuntime:
         """A claim's settings, applied and read back, become the monitor's observed state
         (written with the claim at the next Display refresh) without a new probe."""
         state = self._observed.ddc.get(device)
-        if state is None:
-            return
-        power = {"suspend": "standby"}.get(config.power, config.power) if config.power else None
-        self._observed.ddc[device] = dataclasses.replace(
-            state,
-            brightness=state.brightness if config.brightness is None else config.brightness,
-            contrast=state.contrast if config.contrast is None else config.contrast,
-            input=config.input or state.input,
-            power=cast(displays.Power | None, power) or state.power,
-        )
+        if state is not None:
+            self._observed.ddc[device] = ddcmap.applied(state, config)
 
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
         """The claims holding devices now (device name → claim), for the Display status;
