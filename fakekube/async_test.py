@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
 from fakekube import testing
-from fakekube.client import async_client
+from fakekube.client import run_async
 from fakekube.server import FakeKube
 from fakekube.testing import as_dict, failure, load, names
 
@@ -20,15 +19,7 @@ WAIT_SECONDS = 20.0
 
 def run(fake: FakeKube, scenario: Any) -> Any:
     """Run `scenario(client)` on a fresh event loop with an AsyncClient for the fake."""
-
-    async def main() -> Any:
-        client = async_client(fake.url)
-        try:
-            return await asyncio.wait_for(scenario(client), WAIT_SECONDS)
-        finally:
-            await client.close()
-
-    return asyncio.run(main())
+    return run_async(fake.url, scenario, timeout=WAIT_SECONDS)
 
 
 def test_async_crud(fake: FakeKube) -> None:

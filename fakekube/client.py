@@ -7,8 +7,14 @@ the environment from intercepting requests to the fake.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.config.models import Cluster, User
+
+T = TypeVar("T")
 
 
 def kubeconfig(url: str, *, namespace: str | None = None) -> KubeConfig:
@@ -28,3 +34,18 @@ def async_client(url: str, *, namespace: str | None = None,
                  field_manager: str | None = None) -> AsyncClient:
     return AsyncClient(kubeconfig(url, namespace=namespace), field_manager=field_manager,
                        trust_env=False)
+
+
+def run_async(url: str, scenario: Callable[[AsyncClient], Awaitable[T]], *,
+              timeout: float) -> T:
+    """`scenario(client)` on a fresh event loop with an AsyncClient for `url`, bounded by
+    `timeout` seconds; the client is closed whatever happens."""
+
+    async def main() -> T:
+        client = async_client(url)
+        try:
+            return await asyncio.wait_for(scenario(client), timeout)
+        finally:
+            await client.close()
+
+    return asyncio.run(main())

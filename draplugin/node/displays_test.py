@@ -13,7 +13,7 @@ from lightkube.types import PatchType
 
 from draplugin.node import displays
 from draplugin.node.retry import Backoff
-from fakekube.client import async_client
+from fakekube.client import run_async
 from fakekube.server import FakeKube
 from libdisplay import display, drm, sysfs_tree
 from libdisplay.edid_build import EdidParams, build_edid
@@ -36,14 +36,7 @@ def fake() -> Iterator[FakeKube]:
 
 
 def _run(fake: FakeKube, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = async_client(fake.url)
-        try:
-            return await asyncio.wait_for(scenario(client), WAIT_SECONDS)
-        finally:
-            await client.close()
-
-    return asyncio.run(main())
+    return run_async(fake.url, scenario, timeout=WAIT_SECONDS)
 
 
 def _cards(root: Path) -> tuple[drm.Card, ...]:

@@ -12,7 +12,7 @@ from lightkube import AsyncClient
 
 from draplugin.node import slices
 from draplugin.node.retry import Backoff
-from fakekube.client import async_client
+from fakekube.client import run_async
 from fakekube.faults import FaultCode
 from fakekube.server import FakeKube
 from libdisplay import drm, sysfs_tree
@@ -43,14 +43,7 @@ def fake() -> Iterator[FakeKube]:
 
 
 def _run(fake: FakeKube, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = async_client(fake.url)
-        try:
-            return await asyncio.wait_for(scenario(client), WAIT_SECONDS)
-        finally:
-            await client.close()
-
-    return asyncio.run(main())
+    return run_async(fake.url, scenario, timeout=WAIT_SECONDS)
 
 
 def _stored(fake: FakeKube) -> dict[str, Any]:
