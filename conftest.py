@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+TESTDATA = Path(__file__).resolve().parent / "testdata"
 
-def shared_data_dir() -> Path:
-    """The shared EDID and DDC/CI corpus, kept beside the checkout and never copied in.
 
-    ./pants exports its absolute path as DISPLAY_SHARED_DATA; a plain pytest run from
-    the repo root finds it at ../shared/data.
-    """
-    env = os.environ.get("DISPLAY_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "shared" / "data"
-    if not path.is_dir():
-        raise RuntimeError(f"shared data not found at {path}; set DISPLAY_SHARED_DATA")
-    return path
+def testdata_dir() -> Path:
+    """The EDID and DDC/CI corpus in the repo (testdata/README.md)."""
+    if not TESTDATA.is_dir():
+        raise RuntimeError(f"the test corpus is missing: {TESTDATA} is not a directory")
+    return TESTDATA
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    return shared_data_dir()
+def testdata() -> Path:
+    return testdata_dir()

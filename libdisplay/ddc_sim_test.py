@@ -110,8 +110,8 @@ def test_a_display_without_capabilities_answers_null() -> None:
     assert ask(SimulatedMonitor(), capabilities_request(0), 3) == NULL
 
 
-def test_features_come_from_capabilities_and_values(shared_data: Path) -> None:
-    text = (shared_data / "ddc-caps" / "Dell_U2415.txt").read_text()
+def test_features_come_from_capabilities_and_values(testdata: Path) -> None:
+    text = (testdata / "ddc-caps" / "Dell_U2415.txt").read_text()
     listed = SimulatedMonitor(capabilities=text, values={0x10: 75})
     assert listed.features[0x10] == Feature(75, 100)
     assert listed.features[0x60] == Feature(0x0F, 0x12, allowed=(0x0F, 0x10, 0x11, 0x12))
@@ -133,8 +133,8 @@ def test_a_read_without_a_request_and_a_second_read_get_null() -> None:
 # --- EDID ---------------------------------------------------------------------------------
 
 
-def test_edid_reads_follow_the_offset_pointer_and_wrap(shared_data: Path) -> None:
-    edid = (shared_data / "edid" / "AGC-AVR5-d3a5a789.bin").read_bytes()
+def test_edid_reads_follow_the_offset_pointer_and_wrap(testdata: Path) -> None:
+    edid = (testdata / "edid" / "AGC-AVR5-d3a5a789.bin").read_bytes()
     monitor = SimulatedMonitor(edid=edid)
     monitor.write(0x50, b"\x80")
     assert monitor.read(0x50, 128) == edid[128:]
@@ -144,10 +144,10 @@ def test_edid_reads_follow_the_offset_pointer_and_wrap(shared_data: Path) -> Non
     assert caught.value.errno == errno.ENXIO, "no segment pointer for 256 bytes"
 
 
-def test_the_segment_pointer_lasts_one_transfer(shared_data: Path) -> None:
+def test_the_segment_pointer_lasts_one_transfer(testdata: Path) -> None:
     from libdisplay.ddc import I2cRead, I2cWrite
 
-    edid = (shared_data / "edid" / "SAM-C49RG9x-f808e376.bin").read_bytes()
+    edid = (testdata / "edid" / "SAM-C49RG9x-f808e376.bin").read_bytes()
     monitor = SimulatedMonitor(edid=edid)
     assert monitor.transfer([I2cWrite(0x30, b"\x01"), I2cWrite(0x50, b"\x80"),
                              I2cRead(0x50, 128)]) == [edid[384:]]

@@ -58,11 +58,11 @@ class Rig:
 
 
 @pytest.fixture
-def rig(tmp_path: Path, shared_data: Path) -> Iterator[Rig]:
+def rig(tmp_path: Path, testdata: Path) -> Iterator[Rig]:
     clock = FakeClock()
     monitor = SimulatedMonitor(
-        capabilities=(shared_data / "ddc-caps" / CAPS).read_text(),
-        edid=(shared_data / "edid" / EDID).read_bytes(),
+        capabilities=(testdata / "ddc-caps" / CAPS).read_text(),
+        edid=(testdata / "edid" / EDID).read_bytes(),
         values={0x10: 30, 0x12: 75},
         clock=clock,
     )
@@ -89,14 +89,14 @@ def _receive_all(sock: socket.socket) -> bytes:
 # --- DDC/CI through the socket ----------------------------------------------------------
 
 
-def test_ddc_client_round_trips_every_operation(rig: Rig, shared_data: Path) -> None:
-    assert rig.client.capabilities() == (shared_data / "ddc-caps" / CAPS).read_text().strip()
+def test_ddc_client_round_trips_every_operation(rig: Rig, testdata: Path) -> None:
+    assert rig.client.capabilities() == (testdata / "ddc-caps" / CAPS).read_text().strip()
     assert rig.client.get_vcp(0x10).current == 30
     rig.client.set_vcp(0x10, 70)
     rig.client.save_settings()
     assert rig.client.get_vcp(0x10).current == 70
     assert rig.monitor.value(0x10) == 70 and rig.monitor.saved[0x10] == 70
-    assert rig.client.read_edid() == (shared_data / "edid" / EDID).read_bytes()
+    assert rig.client.read_edid() == (testdata / "edid" / EDID).read_bytes()
 
 
 def _set(**values: object) -> Callable[[Faults], None]:

@@ -100,9 +100,9 @@ def h(text: str) -> bytes:
 
 
 def _indexed_caps_files() -> list[str]:
-    from conftest import shared_data_dir
+    from conftest import testdata_dir
 
-    index = json.loads((shared_data_dir() / "ddc-caps" / "index.json").read_text())
+    index = json.loads((testdata_dir() / "ddc-caps" / "index.json").read_text())
     return [entry["file"] for entry in index["strings"]]
 
 
@@ -216,8 +216,8 @@ def test_get_set_and_save_round_trip() -> None:
 
 
 @pytest.mark.parametrize("name", CAPS_FILES, ids=CAPS_FILES)
-def test_real_capabilities_survive_the_wire(shared_data: Path, name: str) -> None:
-    text = (shared_data / "ddc-caps" / name).read_text(encoding="latin-1")
+def test_real_capabilities_survive_the_wire(testdata: Path, name: str) -> None:
+    text = (testdata / "ddc-caps" / name).read_text(encoding="latin-1")
     rig = Rig(capabilities=text)
     got = rig.client.capabilities()
     assert got == text
@@ -227,8 +227,8 @@ def test_real_capabilities_survive_the_wire(shared_data: Path, name: str) -> Non
 
 
 @pytest.mark.parametrize("size", [43, 58], ids=["173P-43", "largest-that-fits-64"])
-def test_fragments_longer_than_32_bytes_are_taken(shared_data: Path, size: int) -> None:
-    text = (shared_data / "ddc-caps" / "Lenovo_Legion_27U-10.txt").read_text()
+def test_fragments_longer_than_32_bytes_are_taken(testdata: Path, size: int) -> None:
+    text = (testdata / "ddc-caps" / "Lenovo_Legion_27U-10.txt").read_text()
     rig = Rig(capabilities=text, fragment_size=size)
     assert rig.client.capabilities() == text
 
@@ -345,8 +345,8 @@ def test_a_slow_display_needs_the_write_to_read_delay(multiplier: float, answers
             rig.client.get_vcp(0x10)
 
 
-def test_a_null_message_mid_capabilities_retries_that_fragment(shared_data: Path) -> None:
-    text = (shared_data / "ddc-caps" / "Dell_U2415.txt").read_text()
+def test_a_null_message_mid_capabilities_retries_that_fragment(testdata: Path) -> None:
+    text = (testdata / "ddc-caps" / "Dell_U2415.txt").read_text()
     rig = Rig(capabilities=text)
     inner_write = rig.monitor.write
 
@@ -362,8 +362,8 @@ def test_a_null_message_mid_capabilities_retries_that_fragment(shared_data: Path
     assert requests.count(capabilities_request(64)) == 3
 
 
-def test_a_wrong_fragment_offset_restarts_from_zero(shared_data: Path) -> None:
-    text = (shared_data / "ddc-caps" / "Dell_U2415.txt").read_text()
+def test_a_wrong_fragment_offset_restarts_from_zero(testdata: Path) -> None:
+    text = (testdata / "ddc-caps" / "Dell_U2415.txt").read_text()
     rig = Rig(capabilities=text)
     rig.faults.wrong_offset_replies = 1
     assert rig.client.capabilities() == text
@@ -435,8 +435,8 @@ EDIDS = ["ACI-ASUS_VS247-5f1f2af6.bin", "AGC-AVR5-d3a5a789.bin", "ARZ-ARZOPA-315
 
 
 @pytest.mark.parametrize("name", EDIDS, ids=["1-block", "2-blocks", "3-blocks", "4-blocks"])
-def test_edid_is_read_whole(shared_data: Path, name: str) -> None:
-    edid = (shared_data / "edid" / name).read_bytes()
+def test_edid_is_read_whole(testdata: Path, name: str) -> None:
+    edid = (testdata / "edid" / name).read_bytes()
     rig = Rig(edid=edid)
     assert rig.client.read_edid() == edid
     blocks = len(edid) // 128
@@ -447,29 +447,29 @@ def test_edid_is_read_whole(shared_data: Path, name: str) -> None:
                             I2cRead(0x50, 128)]
 
 
-def test_edid_of_256_blocks_is_bounded(shared_data: Path) -> None:
-    edid = (shared_data / "edid" / "edidtest-256-blocks-60f09a7a.bin").read_bytes()
+def test_edid_of_256_blocks_is_bounded(testdata: Path) -> None:
+    edid = (testdata / "edid" / "edidtest-256-blocks-60f09a7a.bin").read_bytes()
     rig = Rig(edid=edid)
     assert rig.client.read_edid() == edid
 
 
-def _edid_claiming_an_extension(shared_data: Path) -> bytes:
-    base = bytearray((shared_data / "edid" / EDIDS[0]).read_bytes())
+def _edid_claiming_an_extension(testdata: Path) -> bytes:
+    base = bytearray((testdata / "edid" / EDIDS[0]).read_bytes())
     base[126] = 1
     return _with_checksum(bytes(base[:127]))
 
 
-def test_an_eeprom_that_wraps_yields_the_base_block(shared_data: Path,
+def test_an_eeprom_that_wraps_yields_the_base_block(testdata: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    base = _edid_claiming_an_extension(shared_data)
+    base = _edid_claiming_an_extension(testdata)
     rig = Rig(edid=base)
     with caplog.at_level(logging.WARNING, logger="libdisplay.ddc"):
         assert rig.client.read_edid() == base
     assert "repeats the base block" in caplog.text
 
 
-def test_a_corrupt_edid_read_is_retried(shared_data: Path) -> None:
-    edid = (shared_data / "edid" / EDIDS[1]).read_bytes()
+def test_a_corrupt_edid_read_is_retried(testdata: Path) -> None:
+    edid = (testdata / "edid" / EDIDS[1]).read_bytes()
     rig = Rig(edid=edid)
     inner = rig.monitor.transfer
     corrupt = iter([True, True])
@@ -613,12 +613,12 @@ def test_i2c_structs_have_the_kernel_layout() -> None:
 
 
 @pytest.fixture
-def linux_rig(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
+def linux_rig(testdata: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         tuple[DdcClient, FakeI2cDev, LinuxI2c, SimulatedMonitor]]:
     clock = FakeClock()
     monitor = SimulatedMonitor(
-        capabilities=(shared_data / "ddc-caps" / "Dell_U2415.txt").read_text(),
-        edid=(shared_data / "edid" / EDIDS[2]).read_bytes(),
+        capabilities=(testdata / "ddc-caps" / "Dell_U2415.txt").read_text(),
+        edid=(testdata / "edid" / EDIDS[2]).read_bytes(),
         values={0x10: 30},
         clock=clock,
     )
@@ -631,7 +631,7 @@ def linux_rig(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def test_linux_i2c_round_trips_every_operation(
-    linux_rig: tuple[DdcClient, FakeI2cDev, LinuxI2c, SimulatedMonitor], shared_data: Path
+    linux_rig: tuple[DdcClient, FakeI2cDev, LinuxI2c, SimulatedMonitor], testdata: Path
 ) -> None:
     client, kernel, _, monitor = linux_rig
     assert kernel.opened == [(DEVICE, os.O_RDWR | os.O_CLOEXEC)]
@@ -640,7 +640,7 @@ def test_linux_i2c_round_trips_every_operation(
     client.save_settings()
     assert monitor.value(0x10) == 60
     assert monitor.saved[0x10] == 60
-    assert client.capabilities() == (shared_data / "ddc-caps" / "Dell_U2415.txt").read_text()
+    assert client.capabilities() == (testdata / "ddc-caps" / "Dell_U2415.txt").read_text()
     assert client.read_edid() == monitor.edid
     assert kernel.ioctls == [(I2C_SLAVE, 0x37)], "the address is selected once"
     assert kernel.layouts[2] == [(0x30, 0, 1), (0x50, 0, 1), (0x50, 1, 128)]

@@ -1,6 +1,6 @@
 """Tests for libdisplay.edid.
 
-The shared corpus must agree with edid-decode's oracle on every contract field; the broken
+The corpus (testdata/) must agree with edid-decode's oracle on every contract field; the broken
 variants give typed errors or flags; mutated EDIDs give nothing but EdidError or a result; the
 CLI keeps its JSON contract; and EDIDs that are not in the corpus (built by edid_build, or
 random structures from a seeded generator) decode exactly as the real edid-decode prints them.
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_data_dir
+from conftest import testdata_dir
 from libdisplay.edid import (
     VIC_TIMINGS,
     Edid,
@@ -49,8 +49,11 @@ _LEGAL_COUNT_OVERRIDE = "edidtest-cta-eeodb-"
 
 def _load_json(relative: str) -> Any:
     # Parametrizing needs the file names at collection time; the tests themselves read the
-    # EDIDs through the `shared_data` fixture, which resolves the same directory.
-    return json.loads((shared_data_dir() / "edid" / relative).read_text())
+    # EDIDs through the `testdata` fixture, which resolves the same directory.
+    return json.loads((testdata_dir() / "edid" / relative).read_text())
+
+
+_ORACLE_MODE = re.compile(r"(?P<w>\d+)x(?P<h>\d+)(?P<i>i?)@(?P<r>[0-9.]+)")
 
 
 ORACLE: list[dict[str, Any]] = _load_json("oracle.json")["files"]
@@ -58,18 +61,27 @@ BROKEN: list[dict[str, Any]] = _load_json("broken/verdicts.json")["variants"]
 ORACLE_BY_NAME = {entry["file"]: entry for entry in ORACLE}
 
 
-def _read(shared_data: Path, name: str) -> bytes:
-    return (shared_data / "edid" / name).read_bytes()
+def _read(testdata: Path, name: str) -> bytes:
+    return (testdata / "edid" / name).read_bytes()
 
 
 # --- the corpus against the oracle ------------------------------------------------------------
 
 
-def _oracle_mode(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: m[k] for k in ("width", "height", "interlaced", "refresh_hz")}
+def _oracle_mode(text: str) -> dict[str, Any]:
+    """The oracle's `WIDTHxHEIGHT[i]@REFRESH_HZ` (a mode line may add its label after a space)
+    in the record's form."""
+    match = _ORACLE_MODE.fullmatch(text.split(" ", 1)[0])
+    assert match is not None, text
+    return {"width": int(match["w"]), "height": int(match["h"]), "interlaced": bool(match["i"]),
+            "refresh_hz": float(match["r"])}
 
 
-def _unique(modes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _label(mode_line: str) -> str:
+    return mode_line.split(" ", 1)[1]
+
+
+def _unique(modes: list[str]) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     for m in map(_oracle_mode, modes):
         if m not in seen:
@@ -82,17 +94,16 @@ def _expected_preferred(entry: dict[str, Any]) -> dict[str, Any] | None:
     timing, else the largest mode (the decoder's documented fallback)."""
     if entry["preferred_first_dtd"]:
         return _oracle_mode(entry["preferred_first_dtd"])
-    displayid = entry["preferred_timings_p"].get(
-        "Preferred Video Timing if Block 0 and DisplayID Blocks are parsed")
+    displayid = entry["displayid_preferred"]
     if displayid:
         return _oracle_mode(displayid[0])
-    detailed = [m for m in entry["modes"] if m["label"].startswith("DTD")]
+    detailed = [m for m in entry["modes"] if _label(m).startswith("DTD")]
     if detailed:
         return _oracle_mode(detailed[0])
     if not entry["modes"]:
         return None
-    largest = max(entry["modes"], key=lambda m: (m["width"] * m["height"], m["refresh_hz"]))
-    return _oracle_mode(largest)
+    modes = [_oracle_mode(m) for m in entry["modes"]]
+    return max(modes, key=lambda m: (m["width"] * m["height"], m["refresh_hz"]))
 
 
 def _expected_record(entry: dict[str, Any]) -> dict[str, Any]:
@@ -115,8 +126,8 @@ def _expected_record(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("entry", ORACLE, ids=[e["file"] for e in ORACLE])
-def test_corpus_agrees_with_oracle(entry: dict[str, Any], shared_data: Path) -> None:
-    record = json_record(decode_edid(_read(shared_data, entry["file"])))
+def test_corpus_agrees_with_oracle(entry: dict[str, Any], testdata: Path) -> None:
+    record = json_record(decode_edid(_read(testdata, entry["file"])))
     expected = _expected_record(entry)
     if entry["edid_decode_exit_code"] == 1:
         # edid-decode crashed part-way through this file (README): its list is a prefix.
@@ -129,16 +140,15 @@ def test_corpus_agrees_with_oracle(entry: dict[str, Any], shared_data: Path) -> 
 
 
 @pytest.mark.parametrize("entry", ORACLE, ids=[e["file"] for e in ORACLE])
-def test_corpus_flags_agree_with_oracle(entry: dict[str, Any], shared_data: Path) -> None:
-    edid = decode_edid(_read(shared_data, entry["file"]))
-    bad = tuple(i for i, c in enumerate(entry["checksums"]) if not c["valid"])
+def test_corpus_flags_agree_with_oracle(entry: dict[str, Any], testdata: Path) -> None:
+    edid = decode_edid(_read(testdata, entry["file"]))
+    bad = tuple(i for i, valid in enumerate(entry["block_checksums_valid"]) if not valid)
     assert edid.bad_checksum_blocks == bad
-    counted = entry["bytes_check"]
-    mismatch = counted["ext_count_byte"] + 1 != counted["blocks_present"]
+    mismatch = entry["ext_count_byte"] + 1 != entry["blocks_present"]
     if entry["file"].startswith(_LEGAL_COUNT_OVERRIDE):
         mismatch = False
     assert edid.extension_count_mismatch == mismatch
-    assert len(edid.extensions) == counted["blocks_present"] - 1
+    assert len(edid.extensions) == entry["blocks_present"] - 1
 
 
 # --- broken input -----------------------------------------------------------------------------
@@ -158,8 +168,8 @@ def _broken_outcome(variant: dict[str, Any]) -> type[EdidError] | None:
 
 @pytest.mark.parametrize("variant", BROKEN, ids=[Path(v["file"]).stem for v in BROKEN])
 def test_broken_variants_give_typed_errors_or_flags(variant: dict[str, Any],
-                                                   shared_data: Path) -> None:
-    data = _read(shared_data, variant["file"])
+                                                   testdata: Path) -> None:
+    data = _read(testdata, variant["file"])
     error = _broken_outcome(variant)
     if error is not None:
         with pytest.raises(error):
@@ -194,10 +204,10 @@ def test_errors_name_what_is_wrong(data: bytes, error: type[EdidError], message:
 
 
 @pytest.fixture(scope="session")
-def mutation_seeds(shared_data: Path) -> list[bytes]:
+def mutation_seeds(testdata: Path) -> list[bytes]:
     # Every 7th file plus every file with DisplayID or several blocks: all the parsers.
-    names = [e["file"] for i, e in enumerate(ORACLE) if i % 7 == 0 or len(e["blocks"]) > 1]
-    return [_read(shared_data, name) for name in names if "256-blocks" not in name]
+    names = [e["file"] for i, e in enumerate(ORACLE) if i % 7 == 0 or e["blocks_present"] > 1]
+    return [_read(testdata, name) for name in names if "256-blocks" not in name]
 
 
 @st.composite
@@ -258,8 +268,8 @@ def test_identity_string_form_is_stable(identity: MonitorIdentity, text: str) ->
     assert str(MonitorIdentity(*[getattr(identity, f) for f in identity.__slots__])) == text
 
 
-def test_modes_are_deduplicated_and_keep_edid_order(shared_data: Path) -> None:
-    edid = decode_edid(_read(shared_data, "dell-up2718q-dp-28d8f761.bin"))
+def test_modes_are_deduplicated_and_keep_edid_order(testdata: Path) -> None:
+    edid = decode_edid(_read(testdata, "dell-up2718q-dp-28d8f761.bin"))
     assert len(edid.modes) == len(set(edid.modes)) < len(edid.timings)
     assert edid.modes[0] == Mode(720, 400, 70082)
     assert edid.preferred_mode == Mode(3840, 2160, 59997)
@@ -267,19 +277,25 @@ def test_modes_are_deduplicated_and_keep_edid_order(shared_data: Path) -> None:
     assert edid.identity == MonitorIdentity("DEL", 0x411A, serial, "73K0275ACK7L")
 
 
-def _edid_with(shared_data: Path, prefix: str) -> Edid:
+def _edid_with(testdata: Path, prefix: str) -> Edid:
     name = next(e["file"] for e in ORACLE if e["file"].startswith(prefix))
-    return decode_edid(_read(shared_data, name))
+    return decode_edid(_read(testdata, name))
 
 
-def _decoded_text(shared_data: Path, name: str) -> str:
-    return (shared_data / "edid" / "decoded" / name.replace(".bin", ".txt")).read_text()
+def _decoded_text(testdata: Path, name: str) -> str:
+    """The real edid-decode's `-c` text for a corpus file (exit 254 is a conformity failure)."""
+    assert EDID_DECODE is not None
+    result = subprocess.run([EDID_DECODE, "-c", str(testdata / "edid" / name)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode in (0, 254), result.stderr
+    return result.stdout
 
 
-def test_cta_facts_match_edid_decode_text(shared_data: Path) -> None:
+@needs_edid_decode
+def test_cta_facts_match_edid_decode_text(testdata: Path) -> None:
     name = next(e["file"] for e in ORACLE if e["file"].startswith("samsung-q800t-hdmi2.1-game"))
-    text = _decoded_text(shared_data, name)
-    cta = decode_edid(_read(shared_data, name)).cta
+    text = _decoded_text(testdata, name)
+    cta = decode_edid(_read(testdata, name)).cta
     assert cta is not None and cta.hdmi is not None and cta.hdmi_forum is not None
     assert re.search(rf"Source physical address: {re.escape(cta.hdmi.physical_address)}\n", text)
     assert f"Maximum TMDS clock: {cta.hdmi.max_tmds_mhz} MHz" in text
@@ -293,17 +309,17 @@ def test_cta_facts_match_edid_decode_text(shared_data: Path) -> None:
         list(cta.ycbcr420_capable_vics)
 
 
-def test_displayid_facts(shared_data: Path) -> None:
-    tile = _edid_with(shared_data, "asus-pq321-dp-tile0")
+def test_displayid_facts(testdata: Path) -> None:
+    tile = _edid_with(testdata, "asus-pq321-dp-tile0")
     assert tile.model_year == 2013 and tile.manufacture_year is None
-    edo = _edid_with(shared_data, "EDO-EDO142")
+    edo = _edid_with(testdata, "EDO-EDO142")
     assert edo.displayid is not None and edo.displayid.version == "2.0"
     product = edo.displayid.product
     assert product is not None
     assert (product.vendor, product.product_code, product.year) == ("84-8A-59", 142, 2023)
     # No DTD in block 0: DisplayID's timing flagged preferred is the preferred mode.
     assert edo.preferred_mode == Mode(2880, 1920, 120000)
-    xdr = _edid_with(shared_data, "apple-xdr-6k-tile1")
+    xdr = _edid_with(testdata, "apple-xdr-6k-tile1")
     # Nothing flagged preferred either: the first DisplayID detailed timing is.
     assert xdr.preferred is not None and xdr.preferred.source == "DTD"
     assert xdr.preferred == next(t for t in xdr.timings if t.source == "DTD")
@@ -391,8 +407,8 @@ def test_preferred_falls_back_to_the_first_vic() -> None:
     assert edid.preferred is not None and edid.preferred.source == "VIC 4"
 
 
-def test_preferred_falls_back_to_the_largest_mode(shared_data: Path) -> None:
-    edid = _edid_with(shared_data, "HEI-HEI12F0")
+def test_preferred_falls_back_to_the_largest_mode(testdata: Path) -> None:
+    edid = _edid_with(testdata, "HEI-HEI12F0")
     assert not any(t.source.startswith("DTD") for t in edid.timings)
     largest = max(edid.timings, key=lambda t: (t.width * t.height, t.refresh_uhz))
     assert edid.preferred == largest
@@ -406,9 +422,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_cli_json_keeps_order_and_exits_1_on_a_bad_file(shared_data: Path) -> None:
-    good = [shared_data / "edid" / ORACLE[n]["file"] for n in (5, 200)]
-    bad = shared_data / "edid" / "broken" / "truncated-127-bytes.bin"
+def test_cli_json_keeps_order_and_exits_1_on_a_bad_file(testdata: Path) -> None:
+    good = [testdata / "edid" / ORACLE[n]["file"] for n in (5, 200)]
+    bad = testdata / "edid" / "broken" / "truncated-127-bytes.bin"
     result = _cli("--json", str(good[0]), str(bad), str(good[1]))
     assert result.returncode == 1
     records = json.loads(result.stdout)
@@ -418,16 +434,16 @@ def test_cli_json_keeps_order_and_exits_1_on_a_bad_file(shared_data: Path) -> No
     assert records[2] == _expected_record(ORACLE[200])
 
 
-def test_cli_json_exits_0_when_every_file_decodes(shared_data: Path) -> None:
-    paths = [str(shared_data / "edid" / e["file"]) for e in ORACLE[:3]]
+def test_cli_json_exits_0_when_every_file_decodes(testdata: Path) -> None:
+    paths = [str(testdata / "edid" / e["file"]) for e in ORACLE[:3]]
     result = _cli("--json", *paths)
     assert result.returncode == 0
     assert [r["manufacturer"] for r in json.loads(result.stdout)] == \
         [e["manufacturer"] for e in ORACLE[:3]]
 
 
-def test_cli_summary_and_help(shared_data: Path) -> None:
-    result = _cli(str(shared_data / "edid" / "dell-up2718q-dp-28d8f761.bin"))
+def test_cli_summary_and_help(testdata: Path) -> None:
+    result = _cli(str(testdata / "edid" / "dell-up2718q-dp-28d8f761.bin"))
     assert result.returncode == 0
     assert "DELL UP2718Q" in result.stdout and "3840x2160@59.997" in result.stdout
     helped = _cli("--help")

@@ -22,9 +22,9 @@ from libdisplay.mccs import (
 
 
 def _index() -> list[dict[str, Any]]:
-    from conftest import shared_data_dir
+    from conftest import testdata_dir
 
-    data = json.loads((shared_data_dir() / "ddc-caps" / "index.json").read_text())
+    data = json.loads((testdata_dir() / "ddc-caps" / "index.json").read_text())
     strings: list[dict[str, Any]] = data["strings"]
     return strings
 
@@ -33,8 +33,8 @@ INDEX = _index()
 FILES = [entry["file"] for entry in INDEX]
 
 
-def read(shared_data: Path, name: str) -> str:
-    return (shared_data / "ddc-caps" / name).read_text(encoding="latin-1")
+def read(testdata: Path, name: str) -> str:
+    return (testdata / "ddc-caps" / name).read_text(encoding="latin-1")
 
 
 def v(*values: int) -> tuple[VcpValue, ...]:
@@ -71,8 +71,8 @@ EXPECTED_WARNINGS = {
 
 
 @pytest.mark.parametrize("entry", INDEX, ids=FILES)
-def test_every_real_string_parses_as_indexed(shared_data: Path, entry: dict[str, Any]) -> None:
-    caps = parse_capabilities(read(shared_data, entry["file"]))
+def test_every_real_string_parses_as_indexed(testdata: Path, entry: dict[str, Any]) -> None:
+    caps = parse_capabilities(read(testdata, entry["file"]))
     analysis = entry["analysis"]
     assert caps.mccs_ver == analysis["mccs_ver"]
     assert caps.model == analysis["model_field"]
@@ -109,14 +109,14 @@ def test_every_real_string_parses_as_indexed(shared_data: Path, entry: dict[str,
          "lg-values-run-together", "dell-usb-c-input", "lowercase-hex", "apple-uppercase-vcp",
          "space-before-paren", "hp-nested-list", "hp-nested-blank", "kuycon-only-feature"],
 )
-def test_features_and_their_values(shared_data: Path, name: str, code: int,
+def test_features_and_their_values(testdata: Path, name: str, code: int,
                                    values: tuple[VcpValue, ...]) -> None:
-    caps = parse_capabilities(read(shared_data, name))
+    caps = parse_capabilities(read(testdata, name))
     assert caps.feature(code) == VcpFeature(code, values)
 
 
-def test_deeply_nested_lists_keep_their_tree(shared_data: Path) -> None:
-    caps = parse_capabilities(read(shared_data, "Lenovo_Legion_27U-10.txt"))
+def test_deeply_nested_lists_keep_their_tree(testdata: Path) -> None:
+    caps = parse_capabilities(read(testdata, "Lenovo_Legion_27U-10.txt"))
     f7 = caps.feature(0xF7)
     assert f7 is not None
     assert f7.values[0] == VcpValue(0x01, v(0x01))
@@ -128,14 +128,14 @@ def test_deeply_nested_lists_keep_their_tree(shared_data: Path) -> None:
     assert f7.allowed[:4] == (0x01, 0x02, 0x09, 0x0A)
 
 
-def test_other_segments_are_kept(shared_data: Path) -> None:
-    nec = parse_capabilities(read(shared_data, "NEC_L220W.txt"))
+def test_other_segments_are_kept(testdata: Path) -> None:
+    nec = parse_capabilities(read(testdata, "NEC_L220W.txt"))
     assert (nec.prot, nec.display_type, nec.model, nec.mccs_version) == \
         ("monitor", "LCD", "L220W", (2, 0))
     assert nec.cmds == (0x01, 0x02, 0x03, 0x07, 0x0C, 0xC2, 0xC4, 0xC6, 0xC8, 0xF3)
     assert nec.unknown[:2] == (Segment("vcp_p02", "33 37 47 52 64 65 DA EA FF"),
                                Segment("vcp_p10", "10 11 26 27 28 29 2A 2B 2C 2D"))
-    acer = parse_capabilities(read(shared_data, "Acer_XB271HU.txt"))
+    acer = parse_capabilities(read(testdata, "Acer_XB271HU.txt"))
     assert acer.vcp_names == (VcpName(0x10, "Brightness"),)
 
 
@@ -236,9 +236,9 @@ def test_any_bytes_parse_as_their_latin_1_text(raw: bytes) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(FILES), cuts=st.lists(st.integers(0, 2000), min_size=1, max_size=4),
        insert=st.text(st.sampled_from(list("() x0G\\")), max_size=3))
-def test_damaged_real_strings_parse_without_raising(shared_data: Path, name: str,
+def test_damaged_real_strings_parse_without_raising(testdata: Path, name: str,
                                                     cuts: list[int], insert: str) -> None:
-    text = read(shared_data, name)
+    text = read(testdata, name)
     for cut in cuts:
         at = cut % (len(text) + 1)
         text = text[:at] + insert + text[at + 1:]
@@ -252,8 +252,8 @@ CLEAN_ENCLOSED = [e["file"] for e in INDEX
 
 @settings(max_examples=300, deadline=None)
 @given(name=st.sampled_from(CLEAN_ENCLOSED), keep=st.floats(0.0, 0.999))
-def test_a_truncated_string_always_warns(shared_data: Path, name: str, keep: float) -> None:
-    text = read(shared_data, name)
+def test_a_truncated_string_always_warns(testdata: Path, name: str, keep: float) -> None:
+    text = read(testdata, name)
     caps = parse_capabilities(text[: int(len(text) * keep)])
     assert caps.warnings
 
