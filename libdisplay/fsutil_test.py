@@ -39,3 +39,33 @@ def test_remove_is_idempotent(tmp_path: Path) -> None:
     assert fsutil.remove(target) is True
     assert fsutil.remove(target) is False
     assert not target.exists()
+
+
+def test_a_symlink_at_the_old_temp_name_is_not_followed(tmp_path: Path) -> None:
+    """Another writer of the directory plants a symlink where the temp file used to go."""
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    target = tmp_path / "weston.ini"
+    (tmp_path / f".weston.ini.{os.getpid()}.tmp").symlink_to(victim)
+    fsutil.atomic_write(target, "new")
+    assert (victim.read_text(), target.read_text()) == ("untouched", "new")
+    assert not target.is_symlink()
+
+
+def test_temp_names_are_unpredictable_and_exclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def recording_open(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        opened.append((os.fspath(path), flags))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    for _ in range(2):
+        fsutil.atomic_write(tmp_path / "state.json", b"x")
+    temps = [(path, flags) for path, flags in opened if path.endswith(".tmp")]
+    assert len(temps) == 2 and temps[0][0] != temps[1][0]
+    assert all(str(os.getpid()) not in Path(path).name for path, _ in temps)
+    assert all(flags & os.O_EXCL and flags & os.O_NOFOLLOW for _, flags in temps)
