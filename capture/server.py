@@ -470,7 +470,13 @@ def make_app(state: State, certs: Certificates) -> web.Application:
 
 async def _watch_certificates(certs: Certificates, metrics: Metrics, every_s: float) -> None:
     while True:
-        metrics.tls_mounted.set(1 if certs.refresh() else 0)
+        try:
+            certs.refresh()
+        except Exception:
+            # A dead watcher would stop rotation silently: log and look again next period.
+            log.exception("checking the mounted certificate failed; trying again in %g s",
+                          every_s)
+        metrics.tls_mounted.set(1 if certs.source == "mounted" else 0)
         await asyncio.sleep(every_s)
 
 
@@ -489,7 +495,7 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
     tasks: list[asyncio.Task[None]] = []
     try:
         await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=certs.context)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=certs.listener)
         await site.start()
         host, port = runner.addresses[0][:2]
         log.info("listening on https://%s:%d", host, port)

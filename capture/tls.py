@@ -1,11 +1,13 @@
 """The serving certificate: self-signed at start, the mounted secret as soon as it appears.
 
 The secret volume (`tls.crt`, `tls.key`) is optional and may arrive or change while the server
-runs. `Certificates.refresh` loads it into the one `ssl.SSLContext` the listener uses, so new
-connections get the new leaf without a restart; connections already open keep theirs. Until
-the first good pair appears the context serves a leaf made at start with the `openssl` CLI
-(no Python crypto package is locked), kept in a private temp dir. A pair that does not load
-(half-written, key not matching) is logged and the current leaf is kept.
+runs. `Certificates.refresh` loads a candidate pair into a fresh `ssl.SSLContext` and makes it
+`context` only once the whole pair has loaded. The listener's own context (`listener`) hands
+each new connection to the `context` of the moment from its `sni_callback` (called for every
+ClientHello, SNI or not), so new connections get the new leaf without a restart and a broken pair
+(half-written, key not matching, empty, a directory) never reaches one: the current leaf is
+kept. Until the first good pair appears the context serves a leaf made at start with the
+`openssl` CLI (no Python crypto package is locked), kept in a private temp dir.
 """
 
 from __future__ import annotations
@@ -61,47 +63,61 @@ def make_self_signed(directory: Path, *, common_name: str = "display-capture") -
     return pair
 
 
+def new_context(pair: Pair) -> ssl.SSLContext:
+    """A server context serving `pair`; ssl.SSLError or OSError when the pair does not load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(pair.cert, pair.key)
+    return context
+
+
 def _digest(pair: Pair) -> str | None:
-    """A hash of both files, or None while either is missing."""
+    """A hash of both files, or None while either cannot be read (missing, a directory,
+    unreadable): the watcher waits for a readable pair rather than dying."""
     try:
         return hashlib.sha256(pair.cert.read_bytes() + b"\0" + pair.key.read_bytes()).hexdigest()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        log.debug("mounted pair %s unreadable: %s", pair.cert, exc)
+        return None
 
 
 class Certificates:
-    """The listener's SSL context and where its current leaf came from."""
+    """The context new connections get, and where its leaf came from."""
 
     def __init__(self, mounted_dir: Path) -> None:
         self.mounted = Pair(cert=mounted_dir / CERT_FILE, key=mounted_dir / KEY_FILE)
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.source: Source = "self-signed"
-        self._loaded_digest: str | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="capture-tls-")
         own = make_self_signed(Path(self._tmp.name))
-        self.context.load_cert_chain(own.cert, own.key)
-        if not self.refresh():
-            log.info("serving a self-signed certificate until %s appears", self.mounted.cert)
+        self.context = new_context(own)
+        self.listener = new_context(own)
+        self.listener.sni_callback = self._current
+        self.source: Source = "self-signed"
+        self._seen_digest: str | None = None
+        self.refresh()
+        if self.source == "self-signed":
+            log.info("serving a self-signed certificate until %s loads", self.mounted.cert)
 
     def close(self) -> None:
         self._tmp.cleanup()
 
-    def refresh(self) -> bool:
-        """Load the mounted pair when it is new; True when the mounted pair is being served."""
+    def _current(self, connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None,
+                 _context: ssl.SSLContext) -> None:
+        connection.context = self.context
+
+    def refresh(self) -> None:
+        """Serve the mounted pair once it is new and loads whole; otherwise change nothing."""
         digest = _digest(self.mounted)
-        if digest is None or digest == self._loaded_digest:
-            return self.source == "mounted" and digest is not None
+        if digest is None or digest == self._seen_digest:
+            return
+        self._seen_digest = digest
         try:
-            self.context.load_cert_chain(self.mounted.cert, self.mounted.key)
+            context = new_context(self.mounted)
         except (OSError, ssl.SSLError) as exc:
-            log.warning(
-                "mounted certificate %s does not load, keeping the %s one: %s",
-                self.mounted.cert, self.source, exc,
-            )
-            self._loaded_digest = digest
-            return False
-        self._loaded_digest = digest
+            log.warning("mounted certificate %s does not load, keeping the %s one: %s",
+                        self.mounted.cert, self.source, exc)
+            return
+        self.context = context
         self.source = "mounted"
         log.info("serving the mounted certificate %s for new connections", self.mounted.cert)
-        return True
