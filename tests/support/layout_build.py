@@ -1,5 +1,6 @@
 """The layout module as tests get it: compiled from westonctl/layout with its own build.sh
-(as the weston image builds it), and the weston.ini section that names its two sockets."""
+(as the weston image builds it; here it compiles in the trixie root against libweston 14),
+and the weston.ini section that names its two sockets."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ BUILD_TIMEOUT_S = 300.0
 
 
 def build_layout(out_dir: Path, *, asan: bool = False) -> Path:
-    """Compile the module into `out_dir`; returns the path of the .so."""
-    out = out_dir / ("layout-asan.so" if asan else "layout.so")
+    """Compile the module into `out_dir`; returns the path of the .so.
+
+    Its name ends in `-shell.so`, which `--shell=` needs: weston appends that suffix to a
+    shell name without it.
+    """
+    out = out_dir / ("layout-asan-shell.so" if asan else "layout-shell.so")
     extra = ["--asan"] if asan else []
     subprocess.run(
         ["sh", os.fspath(BUILD_SH), os.fspath(out), *extra], check=True, timeout=BUILD_TIMEOUT_S

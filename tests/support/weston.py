@@ -1,4 +1,9 @@
-"""Real weston 10 for tests: headless with its one output, or the x11 backend on Xvfb for several.
+"""Real weston 14 for tests: headless with its one output, or the x11 backend on Xvfb for several.
+
+`weston` is the one on PATH: under ./pants, build-support/trixie/bin's dispatcher, which
+runs Debian trixie's weston 14 from the trixie root (build-support/trixie-root) in the
+process the test spawned, so its pid, signals and exit status are weston's.
+`logged_version` reads the version a compositor reported, which tests assert is 14.0.x.
 
 Each compositor gets its own private XDG_RUNTIME_DIR (a fresh 0700 temp dir, short enough for
 AF_UNIX paths) and a clean environment, so that weston never picks a backend from an inherited
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,11 +37,15 @@ Renderer = Literal["noop", "pixman", "gl"]
 SOCKET_NAME = "wl-test"
 READY_TIMEOUT_S = 30.0
 _PROBE_TIMEOUT_S = 1.0
+# Weston 14's headless backend defaults to noop (it draws nothing), so a renderer is
+# always named.
 _RENDERER_ARGS: dict[Renderer, tuple[str, ...]] = {
-    "noop": (),
-    "pixman": ("--use-pixman",),
-    "gl": ("--use-gl",),
+    "noop": ("--renderer=noop",),
+    "pixman": ("--renderer=pixman",),
+    "gl": ("--renderer=gl",),
 }
+# "weston 14.0.2" as `--version` prints it, or after the timestamp of a log line.
+_VERSION_RE = re.compile(r"^(?:\[[\d:.]+\] )?weston (\d+\.\d+\.\d+)$", re.MULTILINE)
 _X11_SOCKET_DIR = Path("/tmp/.X11-unix")
 
 
@@ -57,6 +68,29 @@ class Weston:
     def client_env(self) -> dict[str, str]:
         """The variables a Wayland client needs to reach this compositor."""
         return {"XDG_RUNTIME_DIR": os.fspath(self.runtime_dir), "WAYLAND_DISPLAY": self.socket.name}
+
+    def logged_version(self) -> str:
+        """The version this compositor wrote at the top of its log, e.g. "14.0.2"."""
+        return logged_version(self.process.log_text())
+
+
+def logged_version(log: str) -> str:
+    """The version in a weston log (its last `weston X.Y.Z` line); WestonError when none."""
+    found = _VERSION_RE.findall(log)
+    if not found:
+        raise WestonError(f"no `weston X.Y.Z` line in the log: {log[:500]!r}")
+    return str(found[-1])
+
+
+def installed_version() -> str:
+    """What `weston --version` on PATH reports, e.g. "14.0.2"."""
+    out = subprocess.run(
+        ["weston", "--version"], check=True, capture_output=True, text=True, timeout=30
+    ).stdout
+    found = _VERSION_RE.search(out)
+    if found is None:
+        raise WestonError(f"weston --version printed {out!r}")
+    return found.group(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +170,10 @@ def headless(
     `size` becomes `--width/--height`, which win over a weston.ini `mode=`; None leaves the
     size to the ini or to weston's default 1024x640. `config` is the text of a weston.ini
     (e.g. an `[output] name=headless` section with `mode=`, `scale=`, `transform=`); without
-    it weston runs with `--no-config`. The default renderer is pixman, which screenshots
+    it weston runs with `--no-config`. The default renderer is pixman, which captures
     need; "noop" is the backend's own no-rendering default.
     """
-    backend = ["--backend=headless-backend.so"]
+    backend = ["--backend=headless"]
     if size is not None:
         _check_size("headless output size", *size)
         backend += [f"--width={size[0]}", f"--height={size[1]}"]
@@ -234,7 +268,7 @@ def x11(
     for index, (width, height) in enumerate(sizes, 1):
         _check_size(f"x11 output X{index}", width, height)
     with xvfb(log_dir=log_dir, ready_timeout=ready_timeout) as server:
-        backend = ["--backend=x11-backend.so", f"--output-count={len(sizes)}"]
+        backend = ["--backend=x11", f"--output-count={len(sizes)}"]
         with _weston(
             backend,
             renderer=renderer,

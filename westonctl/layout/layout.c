@@ -1,14 +1,16 @@
 /*
- * layout.so: weston 10's shell for display-operator (the project's only C).
+ * layout-shell.so: weston 14's shell for display-operator (the project's only C).
  *
- * Loaded with `--shell=/abs/path/layout.so` (entry point wet_shell_init). It owns:
+ * Loaded with `--shell=/abs/path/layout-shell.so` (entry point wet_shell_init; weston
+ * appends `-shell.so` to a name that lacks it, hence the file's name). It owns:
  *
  * Placement. Every toplevel of a *claimed* client is made fullscreen, sized to its claim's
  * output and positioned on it; a client that ignores the size is centred on the output's
  * black background (larger ones are pinned to the output's top-left corner). Clients'
  * requests to go fullscreen elsewhere, to unset fullscreen, to maximize, minimize, move or
- * resize are ignored. Popups are placed by libweston-desktop relative to their parent, so
- * they stay with it; child toplevels belong to the same client, hence the same output.
+ * resize are ignored. Popups are placed by libweston's desktop code relative to their
+ * parent, so they stay with it; child toplevels belong to the same client, hence the same
+ * output.
  * When a claim's output goes away its surfaces are unmapped (off screen, keeping their
  * state); when an output of that name comes back they are mapped again.
  *
@@ -40,12 +42,17 @@
  * the line
  *   FRAME <width> <height> <stride> <format> <yflip> <nbytes>
  * followed by nbytes of pixels (format is a DRM fourcc name such as XRGB8888, in
- * little-endian memory order; yflip 1 means the first row is the bottom one). A request
- * schedules a repaint of the output; pixels are read with the renderer's read_pixels on
- * the output's frame signal (so a renderer is needed: pixman or gl). One connection holds
- * at most one frame being sent: frames that occur while the previous one is still unread
- * are lost, the compositor never waits. Up to 16 requests may be outstanding, for one
- * output and one bound at a time.
+ * little-endian memory order; yflip 1 would mean the first row is the bottom one: weston's
+ * capture delivers the top row first with every renderer, so it is always 0). Frames come
+ * from weston's own capture protocol, weston_capture_v1 (the output's framebuffer source):
+ * the module is a Wayland client of its compositor over a socketpair, and its screenshot
+ * authority admits that one client and no other. A request makes the module ask weston to
+ * capture the output, which repaints it and copies the framebuffer into the module's shm
+ * buffer for that output (kept for the next frame); a renderer is needed (pixman or gl:
+ * with noop the capture fails, `ERR io`). One capture of an output serves every
+ * connection waiting for it. One connection holds at most one frame being sent: frames
+ * that occur while the previous one is still unread are lost, the compositor never
+ * waits. Up to 16 requests may be outstanding, for one output and one bound at a time.
  *
  * The optional bound (each side 16..16384, decimal without sign or leading zero) asks for
  * a frame no larger than it: the module picks the smallest integer factor f >= 1 with
@@ -53,14 +60,8 @@
  * frame (the header gives that size and its stride), each pixel the mean of its f x f block,
  * byte by byte, rounded half up. The last column and row of blocks may be cut by the edge
  * of the output: they average the pixels they have (ceil, so no pixel is dropped). Blocks
- * are anchored at the image's top-left corner whichever way the renderer orders rows, and
- * yflip keeps its meaning: a y-flipped frame is still sent bottom row first. A frame that
- * already fits is sent as read. The filter runs in weston's thread, in one pass, on bands
- * of the output read in turn (the full frame is never held): for 3840x2160 -> 1920x1080
- * with pixman on the x11 backend, reading and filtering took 8-9 ms a frame (median;
- * 5.5 ms at best, of which about 2 ms is the filter) against 6 ms to read the full frame,
- * and weston's CPU per captured frame fell from about 18 to 12 ms, as a quarter of the
- * bytes is sent.
+ * are anchored at the image's top-left corner. A frame that already fits is sent as
+ * captured. The filter runs in weston's thread, in one pass over the captured frame.
  *
  * I/O: every socket is non-blocking and driven by wl_event_loop fd sources; each
  * connection has a bounded input buffer and a bounded queue of text replies; a peer that
@@ -77,6 +78,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -85,9 +87,13 @@
 
 #include <libweston/libweston.h>
 #include <libweston/config-parser.h>
-#include <libweston-desktop/libweston-desktop.h>
+#include <libweston/desktop.h>
+#include <libweston/shell-utils.h>
+#include <wayland-client.h>
 #include <wayland-server.h>
 #include <weston.h>
+
+#include "weston-output-capture-client-protocol.h"
 
 #define LINE_MAX_BYTES 1024
 #define TEXT_QUEUE_MAX (64 * 1024)
@@ -104,8 +110,6 @@
  * keeps the factor within it for any output up to 32768 pixels a side. */
 #define FACTOR_MAX 2048
 #define RECIP_SHIFT 55
-/* A band of the output read at a time: it stays in L2 while it is filtered. */
-#define BAND_BYTES (256 * 1024)
 
 struct layout;
 
@@ -169,8 +173,42 @@ struct layout_output {
 	struct wl_list link;
 	struct layout *layout;
 	struct weston_output *output;
-	struct wl_listener frame;
-	struct weston_view *background;
+	struct weston_curtain *background;
+};
+
+/* An output as the capture client sees it: its wl_output, its capture source and the
+ * shm buffer weston captures into (kept for the next frame). */
+struct capture_output {
+	struct wl_list link;
+	struct capturer *capturer;
+	uint32_t global;
+	struct wl_output *wl_output;
+	char name[OUTPUT_NAME_MAX + 1];
+	struct weston_capture_source_v1 *source;
+	uint32_t drm_format;
+	int32_t width, height;
+	struct wl_buffer *buffer;
+	uint32_t buffer_format;
+	int32_t buffer_width, buffer_height;
+	uint8_t *pixels;
+	size_t size;
+	bool busy;
+};
+
+/* The module's own Wayland client of its compositor, over a socketpair, through which it
+ * captures outputs with weston_capture_v1; the one client its screenshot authority admits. */
+struct capturer {
+	struct layout *layout;
+	struct wl_client *server_client;
+	struct wl_listener server_client_destroy;
+	struct wl_listener authority;
+	struct wl_display *display;
+	struct wl_event_source *source;
+	struct wl_registry *registry;
+	struct wl_shm *shm;
+	struct weston_capture_v1 *capture;
+	struct wl_list outputs;
+	bool running;
 };
 
 struct layout_surface {
@@ -193,6 +231,7 @@ struct layout {
 	struct wl_list surfaces;
 	struct server control;
 	struct server capture;
+	struct capturer capturer;
 	struct wl_listener destroy;
 	struct wl_listener output_created;
 	struct wl_listener output_destroyed;
@@ -232,8 +271,8 @@ find_layout_output(struct layout *layout, struct weston_output *output)
 static void
 hide_surface(struct layout_surface *ls)
 {
-	if (ls->view->layer_link.layer)
-		weston_view_unmap(ls->view);
+	if (weston_view_is_mapped(ls->view))
+		weston_view_move_to_layer(ls->view, NULL);
 }
 
 static void
@@ -253,7 +292,7 @@ place_surface(struct layout_surface *ls)
 	struct weston_output *output;
 	struct weston_surface *surface;
 	struct weston_geometry geometry;
-	int32_t x, y;
+	struct weston_coord_global pos;
 	bool newly_mapped;
 
 	output = ls->claim ? find_output(ls->layout, ls->claim->output) : NULL;
@@ -272,21 +311,19 @@ place_surface(struct layout_surface *ls)
 		return;
 
 	geometry = weston_desktop_surface_get_geometry(ls->desktop_surface);
-	x = output->x - geometry.x;
-	y = output->y - geometry.y;
+	pos.c.x = output->pos.c.x - geometry.x;
+	pos.c.y = output->pos.c.y - geometry.y;
 	if (geometry.width < output->width)
-		x += (output->width - geometry.width) / 2;
+		pos.c.x += (output->width - geometry.width) / 2;
 	if (geometry.height < output->height)
-		y += (output->height - geometry.height) / 2;
-	weston_view_set_position(ls->view, x, y);
+		pos.c.y += (output->height - geometry.height) / 2;
+	weston_view_set_position(ls->view, pos);
 
-	newly_mapped = !ls->view->layer_link.layer;
-	if (newly_mapped) {
-		weston_layer_entry_insert(&ls->layout->surface_layer.view_list,
-					  &ls->view->layer_link);
-		surface->is_mapped = true;
-		ls->view->is_mapped = true;
-	}
+	if (!weston_surface_is_mapped(surface))
+		weston_surface_map(surface);
+	newly_mapped = !weston_view_is_mapped(ls->view);
+	if (newly_mapped)
+		weston_view_move_to_layer(ls->view, &ls->layout->surface_layer.view_list);
 	weston_view_update_transform(ls->view);
 	weston_surface_damage(surface);
 	if (newly_mapped)
@@ -362,12 +399,12 @@ desktop_surface_removed(struct weston_desktop_surface *ds, void *data)
 }
 
 static void
-desktop_surface_committed(struct weston_desktop_surface *ds, int32_t sx, int32_t sy, void *data)
+desktop_surface_committed(struct weston_desktop_surface *ds, struct weston_coord_surface offset,
+			  void *data)
 {
 	struct layout_surface *ls = weston_desktop_surface_get_user_data(ds);
 
-	(void)sx;
-	(void)sy;
+	(void)offset;
 	(void)data;
 	if (!ls)
 		return;
@@ -863,17 +900,28 @@ control_line(struct conn *conn, char *line)
 
 /* ---------- capture ---------- */
 
+/* DRM fourcc codes (drm_fourcc.h), which wl_shm shares for all but two of its formats. */
+#define FOURCC(a, b, c, d) \
+	((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+#define DRM_FORMAT_XRGB8888 FOURCC('X', 'R', '2', '4')
+#define DRM_FORMAT_ARGB8888 FOURCC('A', 'R', '2', '4')
+#define DRM_FORMAT_XBGR8888 FOURCC('X', 'B', '2', '4')
+#define DRM_FORMAT_ABGR8888 FOURCC('A', 'B', '2', '4')
+
+/* The 32-bit formats a frame may have, by name; NULL for any other. */
 static const char *
-format_name(pixman_format_code_t format)
+format_name(uint32_t format)
 {
 	switch (format) {
-	case PIXMAN_x8r8g8b8: return "XRGB8888";
-	case PIXMAN_a8r8g8b8: return "ARGB8888";
-	case PIXMAN_x8b8g8r8: return "XBGR8888";
-	case PIXMAN_a8b8g8r8: return "ABGR8888";
+	case DRM_FORMAT_XRGB8888: return "XRGB8888";
+	case DRM_FORMAT_ARGB8888: return "ARGB8888";
+	case DRM_FORMAT_XBGR8888: return "XBGR8888";
+	case DRM_FORMAT_ABGR8888: return "ABGR8888";
 	default: return NULL;
 	}
 }
+
+static void capturer_kick(struct layout *layout, const char *output_name);
 
 static void
 capture_fail_pending(struct conn *conn, const char *code, const char *text)
@@ -943,7 +991,7 @@ capture_line(struct conn *conn, char *line)
 	conn->max_width = max_width;
 	conn->max_height = max_height;
 	conn->pending++;
-	weston_output_schedule_repaint(output);
+	capturer_kick(conn->layout, conn->output);
 	return true;
 }
 
@@ -1058,88 +1106,38 @@ box_row(uint8_t *out, const uint8_t *in, int32_t width, int32_t factor, int32_t 
 			   block_height);
 }
 
-/* Source rows of output row j (memory order): the row of blocks the image's bottom edge
- * cuts is the first in memory when y-flipped, else the last. */
-static inline int32_t
-block_height(int32_t j, int32_t out_height, int32_t last_height, int32_t factor, bool yflip)
+/* Writes the frame `in` (width x height packed pixels, top row first) box-filtered by
+ * `factor` to `out`: ceil(width/factor) x ceil(height/factor) packed pixels. */
+static void
+downscale(uint8_t *out, const uint8_t *in, int32_t width, int32_t height, int32_t factor)
 {
-	return (yflip ? j == 0 : j == out_height - 1) ? last_height : factor;
-}
-
-/*
- * Reads the output band by band into a buffer that stays in cache and box-filters each
- * band by `factor` into `out` (ceil(width/factor) x ceil(height/factor) packed pixels), so
- * the full frame is never in memory. read_pixels' y counts memory rows of a whole read
- * whatever the renderer (pixman counts from the top and does not flip, gl counts from the
- * bottom and flips), so bands are consecutive memory rows. False when read_pixels fails.
- */
-static bool
-read_downscaled(struct weston_output *output, pixman_format_code_t format, uint8_t *out,
-		int32_t factor, bool yflip)
-{
-	struct weston_compositor *ec = output->compositor;
-	const int32_t width = output->current_mode->width;
-	const int32_t height = output->current_mode->height;
 	const size_t stride = (size_t)width * 4;
 	const size_t out_stride = (size_t)((width + factor - 1) / factor) * 4;
 	const int32_t out_height = (height + factor - 1) / factor;
 	const int32_t last_height = height - (out_height - 1) * factor;
-	int32_t blocks_per_band = (int32_t)(BAND_BYTES / (stride * (size_t)factor));
-	int32_t row = 0, j = 0, k, n, rows;
-	uint8_t *band;
-	const uint8_t *in;
+	int32_t j;
 
-	if (blocks_per_band < 1)
-		blocks_per_band = 1;
-	if (blocks_per_band > out_height)
-		blocks_per_band = out_height;
-	band = malloc(stride * (size_t)blocks_per_band * (size_t)factor);
-	if (!band)
-		return false;
-	while (j < out_height) {
-		n = out_height - j < blocks_per_band ? out_height - j : blocks_per_band;
-		rows = 0;
-		for (k = 0; k < n; k++)
-			rows += block_height(j + k, out_height, last_height, factor, yflip);
-		if (ec->renderer->read_pixels(output, format, band, 0, (uint32_t)row,
-					      (uint32_t)width, (uint32_t)rows) < 0) {
-			free(band);
-			return false;
-		}
-		for (k = 0, in = band; k < n; k++, j++) {
-			const int32_t h = block_height(j, out_height, last_height, factor, yflip);
-
-			box_row(out + (size_t)j * out_stride, in, width, factor, h);
-			in += (size_t)h * stride;
-		}
-		row += rows;
-	}
-	free(band);
-	return true;
+	for (j = 0; j < out_height; j++)
+		box_row(out + (size_t)j * out_stride, in + (size_t)j * (size_t)factor * stride,
+			width, factor, j == out_height - 1 ? last_height : factor);
 }
 
-/* Reads the output into a new frame for `conn`; false when the connection must go. */
+/* Queues the frame `co` holds for `conn`, at its bound; false when the connection must go. */
 static bool
-capture_frame(struct conn *conn, struct weston_output *output)
+capture_frame(struct conn *conn, struct capture_output *co)
 {
-	struct weston_compositor *ec = output->compositor;
-	const char *name = format_name(ec->read_format);
-	const bool yflip = ec->capabilities & WESTON_CAP_CAPTURE_YFLIP;
-	const int32_t full_width = output->current_mode->width;
-	const int32_t full_height = output->current_mode->height;
+	const char *name = format_name(co->buffer_format);
+	const int32_t full_width = co->buffer_width;
+	const int32_t full_height = co->buffer_height;
 	int32_t factor = downscale_factor(full_width, full_height, conn->max_width,
 					  conn->max_height);
 	int32_t width = (full_width + factor - 1) / factor;
 	int32_t height = (full_height + factor - 1) / factor;
 	size_t stride = (size_t)width * 4;
 	size_t size = stride * (size_t)height;
-	char *pixels;
-	bool read;
+	uint8_t *pixels;
 
 	conn->pending--;
-	if (!name || PIXMAN_FORMAT_BPP(ec->read_format) != 32)
-		return conn_printf(conn, "ERR io unsupported read format 0x%08x\n",
-				   (unsigned)ec->read_format);
 	if (factor > FACTOR_MAX)
 		return conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", full_width,
 				   full_height, conn->max_width, conn->max_height);
@@ -1147,49 +1145,504 @@ capture_frame(struct conn *conn, struct weston_output *output)
 	if (!pixels)
 		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
 	if (factor == 1)
-		read = ec->renderer->read_pixels(output, ec->read_format, pixels, 0, 0,
-						 (uint32_t)width, (uint32_t)height) >= 0;
+		memcpy(pixels, co->pixels, size);
 	else
-		read = read_downscaled(output, ec->read_format, (uint8_t *)pixels, factor, yflip);
-	if (!read) {
-		free(pixels);
-		return conn_printf(conn, "ERR io read_pixels failed\n");
-	}
-	if (!conn_printf(conn, "FRAME %d %d %zu %s %d %zu\n", width, height, stride, name,
-			 yflip ? 1 : 0, size)) {
+		downscale(pixels, co->pixels, full_width, full_height, factor);
+	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride, name, size)) {
 		free(pixels);
 		return false;
 	}
-	if (!conn_enqueue(conn, pixels, size, true))
+	if (!conn_enqueue(conn, (char *)pixels, size, true))
 		return false;
 	conn->frame_in_flight = true;
 	return true;
 }
 
+/* Fails every outstanding request for `output_name`: output-gone when the compositor no
+ * longer has that output, else io with `text`. */
 static void
-output_frame(struct wl_listener *listener, void *data)
+capture_fail_output(struct layout *layout, const char *output_name, const char *text)
 {
-	struct layout_output *lo = wl_container_of(listener, lo, frame);
+	const char *code = find_output(layout, output_name) ? "io" : "output-gone";
 	struct conn *conn, *next;
-	bool again = false;
 
-	(void)data;
-	wl_list_for_each_safe(conn, next, &lo->layout->capture.conns, link) {
-		if (conn->pending == 0 || strcmp(conn->output, lo->output->name) != 0)
+	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
+		if (conn->pending == 0 || strcmp(conn->output, output_name) != 0)
+			continue;
+		capture_fail_pending(conn, code, text);
+		if (!conn_flush(conn))
+			conn_destroy(conn);
+	}
+}
+
+static void
+capturer_flush(struct capturer *capturer)
+{
+	uint32_t mask = WL_EVENT_READABLE;
+
+	if (!capturer->running)
+		return;
+	if (wl_display_flush(capturer->display) < 0) {
+		if (errno != EAGAIN) {
+			weston_log("layout: capture client: flush failed: %s\n", strerror(errno));
+			return;
+		}
+		mask |= WL_EVENT_WRITABLE;
+	}
+	wl_event_source_fd_update(capturer->source, mask);
+}
+
+static struct capture_output *
+find_capture_output(struct capturer *capturer, const char *name)
+{
+	struct capture_output *co;
+
+	wl_list_for_each(co, &capturer->outputs, link) {
+		if (strcmp(co->name, name) == 0)
+			return co;
+	}
+	return NULL;
+}
+
+static void
+capture_buffer_free(struct capture_output *co)
+{
+	if (co->buffer)
+		wl_buffer_destroy(co->buffer);
+	if (co->pixels)
+		munmap(co->pixels, co->size);
+	co->buffer = NULL;
+	co->pixels = NULL;
+	co->size = 0;
+}
+
+/* A shm buffer of the size and format weston announced for the source (1 x 1 XRGB8888
+ * before it announced any: the capture then fails or asks to retry); false on failure. */
+static bool
+capture_buffer_alloc(struct capture_output *co)
+{
+	const int32_t width = co->width > 0 ? co->width : 1;
+	const int32_t height = co->height > 0 ? co->height : 1;
+	const uint32_t format = co->drm_format ? co->drm_format : WL_SHM_FORMAT_XRGB8888;
+	const size_t size = (size_t)width * 4 * (size_t)height;
+	struct wl_shm_pool *pool;
+	uint32_t shm_format;
+	void *pixels;
+	int fd;
+
+	if (co->buffer && co->buffer_width == width && co->buffer_height == height &&
+	    co->buffer_format == format)
+		return true;
+	capture_buffer_free(co);
+	if (size > INT32_MAX)
+		return false;
+	fd = memfd_create("layout-capture", MFD_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		close(fd);
+		return false;
+	}
+	pixels = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (pixels == MAP_FAILED) {
+		close(fd);
+		return false;
+	}
+	/* wl_shm names two formats its own way; the others are DRM fourccs. */
+	if (format == DRM_FORMAT_XRGB8888)
+		shm_format = WL_SHM_FORMAT_XRGB8888;
+	else if (format == DRM_FORMAT_ARGB8888)
+		shm_format = WL_SHM_FORMAT_ARGB8888;
+	else
+		shm_format = format;
+	pool = wl_shm_create_pool(co->capturer->shm, fd, (int32_t)size);
+	co->buffer = wl_shm_pool_create_buffer(pool, 0, width, height, width * 4, shm_format);
+	wl_shm_pool_destroy(pool);
+	close(fd);
+	co->pixels = pixels;
+	co->size = size;
+	co->buffer_width = width;
+	co->buffer_height = height;
+	co->buffer_format = format;
+	return true;
+}
+
+/* Starts a capture of `output_name` when a connection waits for one and none is running. */
+static void
+capturer_kick(struct layout *layout, const char *output_name)
+{
+	struct capturer *capturer = &layout->capturer;
+	struct capture_output *co;
+	struct conn *conn;
+	bool wanted = false;
+
+	wl_list_for_each(conn, &layout->capture.conns, link) {
+		if (conn->pending > 0 && !conn->frame_in_flight &&
+		    strcmp(conn->output, output_name) == 0)
+			wanted = true;
+	}
+	if (!wanted)
+		return;
+	if (!capturer->running) {
+		capture_fail_output(layout, output_name, "the capture client is not running");
+		return;
+	}
+	co = find_capture_output(capturer, output_name);
+	if (!co || !co->source || co->busy)
+		return; /* started when weston names the output, or when this capture ends */
+	if (co->drm_format && !format_name(co->drm_format)) {
+		capture_fail_output(layout, output_name, "unsupported capture format");
+		return;
+	}
+	if (!capture_buffer_alloc(co)) {
+		capture_fail_output(layout, output_name, "cannot allocate a capture buffer");
+		return;
+	}
+	weston_capture_source_v1_capture(co->source, co->buffer);
+	co->busy = true;
+	capturer_flush(capturer);
+}
+
+static void
+source_format(void *data, struct weston_capture_source_v1 *source, uint32_t drm_format)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->drm_format = drm_format;
+}
+
+static void
+source_size(void *data, struct weston_capture_source_v1 *source, int32_t width,
+	    int32_t height)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->width = width;
+	co->height = height;
+}
+
+static void
+source_complete(void *data, struct weston_capture_source_v1 *source)
+{
+	struct capture_output *co = data;
+	struct layout *layout = co->capturer->layout;
+	struct conn *conn, *next;
+
+	(void)source;
+	co->busy = false;
+	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
+		if (conn->pending == 0 || strcmp(conn->output, co->name) != 0)
 			continue;
 		if (conn->frame_in_flight) {
 			/* The reader is behind: this frame is lost to it. */
 			continue;
 		}
-		if (!capture_frame(conn, lo->output) || !conn_flush(conn)) {
+		if (!capture_frame(conn, co) || !conn_flush(conn))
 			conn_destroy(conn);
-			continue;
-		}
-		if (conn->pending > 0 && !conn->frame_in_flight)
-			again = true;
 	}
-	if (again)
-		weston_output_schedule_repaint(lo->output);
+	capturer_kick(layout, co->name);
+}
+
+static void
+source_retry(void *data, struct weston_capture_source_v1 *source)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->busy = false;
+	capturer_kick(co->capturer->layout, co->name);
+}
+
+static void
+source_failed(void *data, struct weston_capture_source_v1 *source, const char *msg)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->busy = false;
+	capture_fail_output(co->capturer->layout, co->name, msg ? msg : "capture failed");
+}
+
+static const struct weston_capture_source_v1_listener source_listener = {
+	.format = source_format,
+	.size = source_size,
+	.complete = source_complete,
+	.retry = source_retry,
+	.failed = source_failed,
+};
+
+static void
+capture_output_start(struct capture_output *co)
+{
+	struct capturer *capturer = co->capturer;
+
+	if (co->source || !capturer->capture || co->name[0] == '\0')
+		return;
+	co->source = weston_capture_v1_create(capturer->capture, co->wl_output,
+					      WESTON_CAPTURE_V1_SOURCE_FRAMEBUFFER);
+	weston_capture_source_v1_add_listener(co->source, &source_listener, co);
+	capturer_kick(capturer->layout, co->name);
+}
+
+static void
+capture_output_destroy(struct capture_output *co)
+{
+	capture_buffer_free(co);
+	if (co->source)
+		weston_capture_source_v1_destroy(co->source);
+	wl_output_release(co->wl_output);
+	wl_list_remove(&co->link);
+	free(co);
+}
+
+static void
+wl_output_geometry(void *data, struct wl_output *output, int32_t x, int32_t y,
+		   int32_t physical_width, int32_t physical_height, int32_t subpixel,
+		   const char *make, const char *model, int32_t transform)
+{
+	(void)data, (void)output, (void)x, (void)y, (void)physical_width;
+	(void)physical_height, (void)subpixel, (void)make, (void)model, (void)transform;
+}
+
+static void
+wl_output_mode(void *data, struct wl_output *output, uint32_t flags, int32_t width,
+	       int32_t height, int32_t refresh)
+{
+	(void)data, (void)output, (void)flags, (void)width, (void)height, (void)refresh;
+}
+
+static void
+wl_output_done(void *data, struct wl_output *output)
+{
+	(void)data, (void)output;
+}
+
+static void
+wl_output_scale(void *data, struct wl_output *output, int32_t factor)
+{
+	(void)data, (void)output, (void)factor;
+}
+
+static void
+wl_output_name(void *data, struct wl_output *output, const char *name)
+{
+	struct capture_output *co = data;
+
+	(void)output;
+	if (co->name[0] != '\0' || strlen(name) > OUTPUT_NAME_MAX)
+		return;
+	strcpy(co->name, name);
+	capture_output_start(co);
+}
+
+static void
+wl_output_description(void *data, struct wl_output *output, const char *description)
+{
+	(void)data, (void)output, (void)description;
+}
+
+static const struct wl_output_listener output_listener = {
+	.geometry = wl_output_geometry,
+	.mode = wl_output_mode,
+	.done = wl_output_done,
+	.scale = wl_output_scale,
+	.name = wl_output_name,
+	.description = wl_output_description,
+};
+
+static void
+registry_global(void *data, struct wl_registry *registry, uint32_t name,
+		const char *interface, uint32_t version)
+{
+	struct capturer *capturer = data;
+	struct capture_output *co;
+
+	if (strcmp(interface, wl_shm_interface.name) == 0 && !capturer->shm) {
+		capturer->shm = wl_registry_bind(registry, name, &wl_shm_interface, 1);
+	} else if (strcmp(interface, weston_capture_v1_interface.name) == 0 &&
+		   !capturer->capture) {
+		capturer->capture = wl_registry_bind(registry, name,
+						     &weston_capture_v1_interface, 1);
+		wl_list_for_each(co, &capturer->outputs, link)
+			capture_output_start(co);
+	} else if (strcmp(interface, wl_output_interface.name) == 0 &&
+		   version >= WL_OUTPUT_NAME_SINCE_VERSION) {
+		co = calloc(1, sizeof *co);
+		if (!co)
+			return;
+		co->capturer = capturer;
+		co->global = name;
+		co->wl_output = wl_registry_bind(registry, name, &wl_output_interface,
+						 WL_OUTPUT_NAME_SINCE_VERSION);
+		wl_output_add_listener(co->wl_output, &output_listener, co);
+		/* Newest first: an output that comes back under a name wins over the old one
+		 * until the old one's global_remove arrives. */
+		wl_list_insert(&capturer->outputs, &co->link);
+	}
+}
+
+static void
+registry_global_remove(void *data, struct wl_registry *registry, uint32_t name)
+{
+	struct capturer *capturer = data;
+	struct capture_output *co, *next;
+
+	(void)registry;
+	wl_list_for_each_safe(co, next, &capturer->outputs, link) {
+		if (co->global == name)
+			capture_output_destroy(co);
+	}
+}
+
+static const struct wl_registry_listener registry_listener = {
+	.global = registry_global,
+	.global_remove = registry_global_remove,
+};
+
+static void
+capturer_stop(struct capturer *capturer)
+{
+	struct capture_output *co, *next;
+
+	if (!capturer->display)
+		return;
+	capturer->running = false;
+	wl_list_for_each_safe(co, next, &capturer->outputs, link)
+		capture_output_destroy(co);
+	if (capturer->capture)
+		weston_capture_v1_destroy(capturer->capture);
+	if (capturer->shm)
+		wl_shm_destroy(capturer->shm);
+	if (capturer->registry)
+		wl_registry_destroy(capturer->registry);
+	wl_event_source_remove(capturer->source);
+	wl_display_disconnect(capturer->display);
+	wl_list_remove(&capturer->authority.link);
+	if (capturer->server_client)
+		wl_list_remove(&capturer->server_client_destroy.link);
+	/* weston destroys the server side of the client with its other clients. */
+	capturer->display = NULL;
+	capturer->capture = NULL;
+	capturer->shm = NULL;
+	capturer->registry = NULL;
+	capturer->server_client = NULL;
+}
+
+/* After a failure the module captures nothing more: outstanding and later requests get
+ * ERR io. */
+static void
+capturer_broken(struct capturer *capturer, const char *why)
+{
+	struct conn *conn, *next;
+
+	weston_log("layout: capture client failed (%s); captures are off\n", why);
+	capturer->running = false;
+	wl_list_for_each_safe(conn, next, &capturer->layout->capture.conns, link) {
+		capture_fail_pending(conn, "io", "the capture client is not running");
+		if (!conn_flush(conn))
+			conn_destroy(conn);
+	}
+}
+
+static int
+capturer_event(int fd, uint32_t mask, void *data)
+{
+	struct capturer *capturer = data;
+	struct wl_display *display = capturer->display;
+
+	(void)fd;
+	if (!capturer->running)
+		return 0;
+	while (wl_display_prepare_read(display) != 0) {
+		if (wl_display_dispatch_pending(display) < 0)
+			goto broken;
+	}
+	if (mask & WL_EVENT_READABLE) {
+		if (wl_display_read_events(display) < 0)
+			goto broken;
+	} else {
+		wl_display_cancel_read(display);
+	}
+	if (wl_display_dispatch_pending(display) < 0)
+		goto broken;
+	if (mask & (WL_EVENT_HANGUP | WL_EVENT_ERROR))
+		goto broken;
+	capturer_flush(capturer);
+	return 0;
+broken:
+	capturer_broken(capturer, wl_display_get_error(display) ? strerror(wl_display_get_error(display))
+							       : "connection closed");
+	wl_event_source_fd_update(capturer->source, 0);
+	return 0;
+}
+
+static void
+capturer_authorize(struct wl_listener *listener, struct weston_output_capture_attempt *att)
+{
+	struct capturer *capturer = wl_container_of(listener, capturer, authority);
+
+	if (capturer->server_client && att->who->client == capturer->server_client)
+		att->authorized = true;
+}
+
+static void
+capturer_server_client_destroyed(struct wl_listener *listener, void *data)
+{
+	struct capturer *capturer = wl_container_of(listener, capturer, server_client_destroy);
+
+	(void)data;
+	wl_list_remove(&capturer->server_client_destroy.link);
+	capturer->server_client = NULL;
+	if (capturer->running)
+		capturer_broken(capturer, "weston closed its connection");
+}
+
+static int
+capturer_start(struct capturer *capturer, struct layout *layout)
+{
+	struct weston_compositor *ec = layout->compositor;
+	int fds[2];
+
+	capturer->layout = layout;
+	wl_list_init(&capturer->outputs);
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+		return -1;
+	capturer->server_client = wl_client_create(ec->wl_display, fds[0]);
+	if (!capturer->server_client) {
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	capturer->server_client_destroy.notify = capturer_server_client_destroyed;
+	wl_client_add_destroy_listener(capturer->server_client, &capturer->server_client_destroy);
+	weston_compositor_add_screenshot_authority(ec, &capturer->authority, capturer_authorize);
+	capturer->display = wl_display_connect_to_fd(fds[1]);
+	if (!capturer->display) {
+		close(fds[1]);
+		wl_list_remove(&capturer->authority.link);
+		wl_list_remove(&capturer->server_client_destroy.link);
+		wl_client_destroy(capturer->server_client);
+		capturer->server_client = NULL;
+		return -1;
+	}
+	capturer->source = wl_event_loop_add_fd(wl_display_get_event_loop(ec->wl_display), fds[1],
+						WL_EVENT_READABLE, capturer_event, capturer);
+	if (!capturer->source) {
+		wl_display_disconnect(capturer->display);
+		capturer->display = NULL;
+		wl_list_remove(&capturer->authority.link);
+		wl_list_remove(&capturer->server_client_destroy.link);
+		wl_client_destroy(capturer->server_client);
+		capturer->server_client = NULL;
+		return -1;
+	}
+	capturer->registry = wl_display_get_registry(capturer->display);
+	wl_registry_add_listener(capturer->registry, &registry_listener, capturer);
+	capturer->running = true;
+	capturer_flush(capturer);
+	return 0;
 }
 
 /* ---------- connections ---------- */
@@ -1263,12 +1716,8 @@ conn_event(int fd, uint32_t mask, void *data)
 			conn_destroy(conn);
 			return 0;
 		}
-		if (had_frame && !conn->frame_in_flight && conn->pending > 0) {
-			struct weston_output *output = find_output(conn->layout, conn->output);
-
-			if (output)
-				weston_output_schedule_repaint(output);
-		}
+		if (had_frame && !conn->frame_in_flight && conn->pending > 0)
+			capturer_kick(conn->layout, conn->output);
 	}
 	if (!(mask & (WL_EVENT_READABLE | WL_EVENT_HANGUP | WL_EVENT_ERROR)))
 		return 0;
@@ -1358,38 +1807,26 @@ static void
 background_create(struct layout_output *lo)
 {
 	struct weston_output *output = lo->output;
-	struct weston_surface *surface;
-	struct weston_view *view;
+	struct weston_curtain_params params = {
+		.get_label = background_label,
+		.r = 0.0f, .g = 0.0f, .b = 0.0f, .a = 1.0f,
+		.pos = output->pos,
+		.width = output->width,
+		.height = output->height,
+		.capture_input = true,
+	};
 
-	surface = weston_surface_create(lo->layout->compositor);
-	if (!surface)
-		return;
-	view = weston_view_create(surface);
-	if (!view) {
-		weston_surface_destroy(surface);
-		return;
-	}
-	weston_surface_set_label_func(surface, background_label);
-	weston_surface_set_color(surface, 0.0f, 0.0f, 0.0f, 1.0f);
-	pixman_region32_fini(&surface->opaque);
-	pixman_region32_init_rect(&surface->opaque, 0, 0, output->width, output->height);
-	pixman_region32_fini(&surface->input);
-	pixman_region32_init_rect(&surface->input, 0, 0, output->width, output->height);
-	weston_surface_set_size(surface, output->width, output->height);
-	weston_view_set_position(view, output->x, output->y);
-	weston_layer_entry_insert(&lo->layout->background_layer.view_list, &view->layer_link);
-	surface->is_mapped = true;
-	view->is_mapped = true;
-	surface->output = output;
-	weston_view_set_output(view, output);
-	lo->background = view;
+	lo->background = weston_shell_utils_curtain_create(lo->layout->compositor, &params);
+	if (lo->background)
+		weston_view_move_to_layer(lo->background->view,
+					  &lo->layout->background_layer.view_list);
 }
 
 static void
 background_destroy(struct layout_output *lo)
 {
 	if (lo->background)
-		weston_surface_destroy(lo->background->surface);
+		weston_shell_utils_curtain_destroy(lo->background);
 	lo->background = NULL;
 }
 
@@ -1405,8 +1842,6 @@ layout_output_add(struct layout *layout, struct weston_output *output)
 		return;
 	lo->layout = layout;
 	lo->output = output;
-	lo->frame.notify = output_frame;
-	wl_signal_add(&output->frame_signal, &lo->frame);
 	background_create(lo);
 	wl_list_insert(&layout->outputs, &lo->link);
 }
@@ -1423,7 +1858,6 @@ layout_output_remove(struct layout_output *lo)
 				conn_destroy(conn);
 		}
 	}
-	wl_list_remove(&lo->frame.link);
 	background_destroy(lo);
 	wl_list_remove(&lo->link);
 	free(lo);
@@ -1488,6 +1922,7 @@ layout_destroy(struct wl_listener *listener, void *data)
 	struct layout_output *lo, *lnext;
 
 	(void)data;
+	capturer_stop(&layout->capturer);
 	wl_list_for_each_safe(conn, cnext, &layout->control.conns, link)
 		conn_destroy(conn);
 	wl_list_for_each_safe(conn, cnext, &layout->capture.conns, link)
@@ -1589,6 +2024,10 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 	if (open_server(layout, section, "control-socket", &layout->control, CONN_CONTROL) < 0 ||
 	    open_server(layout, section, "capture-socket", &layout->capture, CONN_CAPTURE) < 0)
 		goto fail;
+	if (layout->capture.sock.fd >= 0 && capturer_start(&layout->capturer, layout) < 0) {
+		weston_log("layout: cannot start the capture client\n");
+		goto fail;
+	}
 	return 0;
 
 fail:
