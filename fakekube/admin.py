@@ -68,7 +68,7 @@ def _token(fake: FakeKube, body: JsonObject) -> JsonObject:
     fake.policy.add_token(_field(body, "token", str), _field(body, "username", str),
                           uid=_field(body, "uid", str, ""),
                           groups=tuple(_field(body, "groups", list, [])),
-                          audiences=tuple(_field(body, "audiences", list, [])))
+                          audiences=tuple(_field(body, "audiences", list, [])) or None)
     return {}
 
 

@@ -3,6 +3,11 @@ for the apiserver's authenticators and RBAC: tokens map to users, and allow rule
 (user or group, verb, API group, resource, subresource, namespace, name) grant access; anything
 not allowed is denied. `*` in a rule (and `None` for namespace and name) matches anything.
 Non-resource requests (`nonResourceAttributes`) are always denied.
+
+Audiences work as kube-apiserver's: every token the policy knows was issued for audiences
+(the API server's own, `DEFAULT_AUDIENCE`, unless `add_token` names others); a review with no
+`spec.audiences` asks for the API server's audiences; a token is authenticated only when its
+audiences and the asked-for ones meet, and `status.audiences` is where they meet.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ class Identity:
     username: str
     uid: str = ""
     groups: tuple[str, ...] = ()
-    audiences: tuple[str, ...] = ()
+    audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +64,16 @@ class Policy:
         self._lock = threading.Lock()
         self._tokens: dict[str, Identity] = {}
         self._rules: list[Rule] = []
+        # What the API server itself answers to: a review with no spec.audiences asks for these.
+        self.api_audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
 
     def add_token(self, token: str, username: str, *, uid: str = "",
-                  groups: tuple[str, ...] = (), audiences: tuple[str, ...] = ()) -> None:
+                  groups: tuple[str, ...] = (),
+                  audiences: tuple[str, ...] | None = None) -> None:
+        """A token issued for `audiences` (the API server's own when None)."""
         with self._lock:
-            self._tokens[token] = Identity(username, uid, groups, audiences)
+            self._tokens[token] = Identity(username, uid, groups,
+                                           audiences or self.api_audiences)
 
     def allow(self, verb: str, resource: str, *, user: str | None = None,
               group: str | None = None, api_group: str = "", subresource: str = "",
@@ -93,17 +103,16 @@ def token_review(policy: Policy, body: JsonObject) -> JsonObject:
     if not isinstance(token, str) or not token:
         res = _review_resource("TokenReview", "authentication.k8s.io", "tokenreviews", body)
         raise status.invalid(res, [Cause("spec.token", "FieldValueRequired", "Required value")])
-    wanted = tuple(spec.get("audiences") or ())
+    wanted = tuple(spec.get("audiences") or ()) or policy.api_audiences
     who = policy.identity(token)
     result: JsonObject
     if who is None:
         result = {"user": {}, "error": "[invalid bearer token, token lookup failed]"}
     else:
-        token_audiences = who.audiences or (DEFAULT_AUDIENCE,)
-        granted = [a for a in (wanted or token_audiences) if a in token_audiences]
+        granted = [a for a in wanted if a in who.audiences]
         if not granted:
             result = {"user": {}, "error": "[invalid bearer token, token audiences "
-                                           f"{list(token_audiences)} is invalid for the target "
+                                           f"{list(who.audiences)} is invalid for the target "
                                            f"audiences {list(wanted)}]"}
         else:
             user: JsonObject = {"username": who.username, "groups": list(who.groups)}

@@ -76,3 +76,27 @@ def test_an_access_review_without_a_subject_is_invalid(client: Client) -> None:
 def test_allow_needs_exactly_one_subject() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         Policy().allow("get", "displays", user="alice", group="admins")
+
+
+@pytest.mark.parametrize(
+    ("issued", "asked", "expected"),
+    [(None, None, ["https://kubernetes.default.svc.cluster.local"]),
+     (("display-capture",), ["display-capture"], ["display-capture"]),
+     (("display-capture", "other"), ["other", "third"], ["other"]),
+     (("display-capture",), None, None),
+     (None, ["display-capture"], None)],
+    ids=["api-token-for-the-api", "audience-token-for-its-audience", "intersection",
+         "audience-token-for-the-api", "api-token-for-an-audience"],
+)
+def test_audiences_work_as_the_apiserver_s(
+    fake: FakeKube, client: Client, issued: tuple[str, ...] | None, asked: list[str] | None,
+    expected: list[str] | None,
+) -> None:
+    """No spec.audiences means the API server's own; a token for another audience fails."""
+    fake.policy.add_token("t0k3n", "alice", audiences=issued)
+    result = _token_review(client, "t0k3n", asked)
+    if expected is None:
+        assert not result.get("authenticated")
+        assert "is invalid for the target audiences" in result["error"]
+    else:
+        assert (result["authenticated"], result["audiences"]) == (True, expected)
