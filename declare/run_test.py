@@ -111,7 +111,8 @@ def test_each_output_starts_at_its_display_mode_and_unplugged_connectors_get_a_s
     assert outputs["DP-1"] == {"name": "DP-1", "mode": "1280x1024@60"}
     assert outputs["DP-2"] == {"name": "DP-2", "mode": "preferred"}
     assert "require-outputs=none" in text
-    assert "shell=layout.so" in text
+    assert "require-input=false" in text
+    assert "shell=layout-shell.so" in text
     assert f"control-socket={card_root / 'etc' / 'layout.sock'}" in text
     assert {c.output.name: c.source for c in choices} == {
         "HDMI-A-1": "display",

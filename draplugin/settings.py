@@ -46,7 +46,7 @@ class Settings:
     restart_timeout_s: float
     kube: KubeAccess
     hotplug_resync_s: float = 30.0
-    shell: str = "layout.so"
+    shell: str = "layout-shell.so"
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"
     fault_point: str | None = None

@@ -93,7 +93,7 @@ output_alias_option = click.option(
 shell_option = click.option(
     "--shell",
     envvar="WESTON_SHELL",
-    default="layout.so",
+    default="layout-shell.so",
     show_default=True,
     help="weston's shell: the layout module, or a stock shell for tests (env WESTON_SHELL).",
 )

@@ -26,9 +26,15 @@ log = logging.getLogger(__name__)
 Source = Literal["claim", "display", "preferred", "disconnected"]
 
 # The layout module is weston's shell (westonctl/layout); weston finds it in its module dir.
-LAYOUT_SHELL = "layout.so"
-# The compositor never blanks a screen on its own: signage and dashboards have no input.
-DEFAULT_CORE = CoreConfig(shell=LAYOUT_SHELL, require_outputs="none", idle_time=0)
+# weston appends "-shell.so" to a shell name that lacks it, hence the name.
+LAYOUT_SHELL = "layout-shell.so"
+# - require-outputs=none: a card with no monitor starts a compositor that stays Running, and
+#   its monitors light when they are plugged in.
+# - require-input=false: a node with no keyboard or mouse (signage, a wall) must not stop weston.
+# - idle-time=0: the compositor never blanks a screen on its own: signage has no input.
+DEFAULT_CORE = CoreConfig(
+    shell=LAYOUT_SHELL, require_outputs="none", require_input=False, idle_time=0
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""weston.ini as weston 10 reads it, and the restart orders that make the supervisor restart weston.
+"""weston.ini as weston 14 reads it, and the restart orders that make the supervisor restart weston.
 
 **weston.ini.** `WestonIni.parse(text).render() == text` for every file it accepts: comments,
 blank lines, unknown sections and unknown keys are kept byte for byte, and only the keys set
@@ -10,10 +10,12 @@ silently ignore what a person meant (a key with a space in it, a second `[core]`
 `WestonIniError` naming the section, key and value, because a compositor that quietly starts
 at the wrong mode is worse than a config that is refused.
 
-Typed views: `[core]` (`backend`, `shell`, `modules`, `idle-time`, `require-outputs`) and each
-`[output]` (`name`, `mode`, `transform`, `scale`). weston 10.0.1 has no `require-outputs` key
-(`reference/weston.md` §2) and ignores it; the config states `require-outputs=none` so that a
-newer weston also starts on a card with no monitor.
+Typed views: `[core]` (`backend`, `shell`, `modules`, `idle-time`, `require-outputs`,
+`require-input`) and each `[output]` (`name`, `mode`, `transform`, `scale`). The DRM backend
+reads `require-outputs` (`all-found`, `any`, `none`): `none` lets weston start, and stay up, on a
+card with no monitor. `require-input=false` keeps weston running on a node with no keyboard or
+mouse, which a screen on a wall usually is. weston reads a boolean as exactly `true` or `false`
+and takes its default for anything else, so anything else is refused here.
 
 Mode values: `WxH` or `WxH@Hz` (whole hertz: weston reads the rate with `%d` and compares it
 with the kernel's rounded `vrefresh`), `preferred`, `current`, `off`, and, kept verbatim, a
@@ -55,8 +57,8 @@ TRANSFORMS: tuple[Transform, ...] = (
     "normal", "rotate-90", "rotate-180", "rotate-270",
     "flipped", "flipped-rotate-90", "flipped-rotate-180", "flipped-rotate-270",
 )  # fmt: skip
-RequireOutputs = Literal["all", "any", "none"]
-REQUIRE_OUTPUTS: tuple[RequireOutputs, ...] = ("all", "any", "none")
+RequireOutputs = Literal["all-found", "any", "none"]
+REQUIRE_OUTPUTS: tuple[RequireOutputs, ...] = ("all-found", "any", "none")
 ModeKeyword = Literal["preferred", "current", "off"]
 MODE_KEYWORDS: tuple[ModeKeyword, ...] = ("preferred", "current", "off")
 
@@ -226,6 +228,7 @@ class CoreConfig:
     modules: tuple[str, ...] = ()
     idle_time: int | None = None
     require_outputs: RequireOutputs | None = None
+    require_input: bool | None = None
 
     def __post_init__(self) -> None:
         for key, value in (("backend", self.backend), ("shell", self.shell)):
@@ -262,6 +265,7 @@ class CoreConfig:
         yield "modules", ",".join(self.modules) or None
         yield "idle-time", None if self.idle_time is None else str(self.idle_time)
         yield "require-outputs", self.require_outputs
+        yield "require-input", None if self.require_input is None else _BOOLS[self.require_input]
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +456,7 @@ class WestonIni:
             modules=tuple(m for m in modules.split(",") if m) if modules else (),
             idle_time=_int_value(section, "idle-time", minimum=0),
             require_outputs=_choice(section, "require-outputs", REQUIRE_OUTPUTS),
+            require_input=_bool_value(section, "require-input"),
         )
 
     @property
@@ -570,6 +575,14 @@ def _int_value(section: Section, key: str, *, minimum: int) -> int | None:
             f"must be a whole number, {minimum} or more", section=section.name, key=key, value=value
         )
     return int(value)
+
+
+_BOOLS = {True: "true", False: "false"}
+
+
+def _bool_value(section: Section, key: str) -> bool | None:
+    value = _choice(section, key, ("true", "false"))
+    return None if value is None else value == "true"
 
 
 def _choice(section: Section, key: str, choices: tuple[_Choice, ...]) -> _Choice | None:

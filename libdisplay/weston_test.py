@@ -40,6 +40,7 @@ shell=desktop-shell.so
 modules=systemd-notify.so,xwayland.so
 idle-time=0
 require-outputs=none
+require-input=false
 repaint-window=7
 
 [shell]
@@ -128,6 +129,7 @@ def test_typed_views_of_the_sample() -> None:
         modules=("systemd-notify.so", "xwayland.so"),
         idle_time=0,
         require_outputs="none",
+        require_input=False,
     )
     assert ini.outputs == (
         OutputConfig("HDMI-A-1", Mode(1920, 1080, 60000), "rotate-90", 1),
@@ -231,7 +233,9 @@ def test_write_and_read_the_file(tmp_path: Path) -> None:
         ("[output]\nname=A\nscale=0\n", "output", "scale", "0", "1 or more"),
         ("[output]\nname=A\nscale=1.5\n", "output", "scale", "1.5", "whole number"),
         ("[core]\nidle-time=-1\n", "core", "idle-time", "-1", "0 or more"),
-        ("[core]\nrequire-outputs=some\n", "core", "require-outputs", "some", "all, any, none"),
+        ("[core]\nrequire-outputs=some\n", "core", "require-outputs", "some",
+         "all-found, any, none"),
+        ("[core]\nrequire-input=no\n", "core", "require-input", "no", "true, false"),
         ("[core]\nmodules=a.so, b.so\n", "core", "modules", " b.so", "without spaces"),
         ("[output]\nname=A\nmode=1920x1080@59.94\n", "output A", "mode", "1920x1080@59.94",
          "whole hertz"),
@@ -244,8 +248,8 @@ def test_write_and_read_the_file(tmp_path: Path) -> None:
          "key-before-section", "no-equals", "whitespace-line", "crlf", "duplicate-key",
          "two-cores", "two-outputs-one-name", "output-without-name", "name-with-space",
          "transform-rotate90", "transform-legacy-90", "scale-zero", "scale-fraction",
-         "idle-negative", "require-outputs", "module-with-space", "fractional-refresh",
-         "interlaced", "zero-width", "garbage-mode", "header-at-eof"],
+         "idle-negative", "require-outputs", "require-input-not-bool", "module-with-space",
+         "fractional-refresh", "interlaced", "zero-width", "garbage-mode", "header-at-eof"],
 )  # fmt: skip
 def test_bad_files_name_what_is_wrong(
     text: str, section: str | None, key: str | None, value: str | None, message: str

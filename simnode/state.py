@@ -97,7 +97,7 @@ class Layout:
 
     @property
     def layout_shell(self) -> Path:
-        return self.root / "layout.so"
+        return self.root / "layout-shell.so"
 
     @property
     def kubeconfig(self) -> Path:

@@ -73,6 +73,11 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where weston's current pid is written.",
 )
+# The debug scopes weston writes to the log beside "log" (drm-backend says why each view goes
+# to a plane or to the renderer). Empty by default because drm-backend writes about a hundred
+# lines on every repaint, and a film repaints every frame. They are not behind weston's --debug:
+# that flag also opens the debug protocol and authorises screenshots (weston_capture_v1) for
+# every client, which would let any consumer read every screen.
 @click.option(
     "--log-scopes",
     envvar="WESTON_LOG_SCOPES",

@@ -80,7 +80,16 @@ class WestonCommand:
         return [*args, *self.extra_args]
 
     def environ(self) -> dict[str, str]:
-        return {**os.environ, **self.env, "XDG_RUNTIME_DIR": str(self.runtime_dir)}
+        return {
+            # libseat never picks its noop backend by itself. The pod has no logind session,
+            # no seatd and no VT; noop opens the card with a plain open(), and the kernel makes
+            # the first opener DRM master without a capability check. An environment that sets
+            # LIBSEAT_BACKEND (a person on a desktop with logind) keeps its own.
+            "LIBSEAT_BACKEND": "noop",
+            **os.environ,
+            **self.env,
+            "XDG_RUNTIME_DIR": str(self.runtime_dir),
+        }
 
 
 @dataclass(frozen=True, slots=True)
