@@ -46,6 +46,8 @@ def cli(verbose: bool) -> None:
     """A simulated display node: simulated card, real weston, the operator, a fake cluster."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Every command that starts weston or a demo client finds weston 14 this way.
+    up.use_trixie_compositor(up.default_dist())
     # One line per API request is noise for a user; -v shows them.
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -51,9 +51,14 @@ BINARIES: Final = ("declare", "westonctl", "draplugin")
 # (the PEX carries it as a resource).
 _ROOT: Final = Path(__file__).resolve().parents[1]
 LAYOUT_BUILD: Final = _ROOT / "westonctl" / "layout" / "build.sh"
-# Debian packages that carry what a node needs on PATH.
-TOOLS: Final = {"Xvfb": "xvfb", "weston": "weston", "weston-simple-shm": "weston",
-                "cc": "gcc", "pkg-config": "pkg-config"}
+# What a node needs on PATH, and where it comes from. weston 14 and its clients run from the
+# trixie root (build-support/trixie-root) through the checkout's dispatchers, which `up` puts
+# first on PATH; `./pants` makes the root on first use.
+TOOLS: Final = {"Xvfb": "the Debian package xvfb",
+                "weston": "build-support/trixie/bin (run ./pants once to make the trixie root)",
+                "weston-simple-shm": "build-support/trixie/bin",
+                "trixie-run": "build-support/trixie/bin"}
+TRIXIE_BIN: Final = Path("build-support") / "trixie" / "bin"
 
 
 class UpError(Exception):
@@ -89,14 +94,25 @@ def pex(dist: Path, name: str) -> Path:
     return path.resolve()
 
 
+def use_trixie_compositor(dist: Path) -> None:
+    """Put the checkout's weston 14 dispatchers first on PATH, for this process and its children.
+
+    The checkout is the one the PEXes were built in (`dist/..`), or the source tree this runs
+    from; a PATH that already has them is left as it is.
+    """
+    for repo in (dist.resolve().parent, _ROOT):
+        bin_dir = repo / TRIXIE_BIN
+        if (bin_dir / "weston").is_file():
+            path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if str(bin_dir) not in path:
+                os.environ["PATH"] = os.pathsep.join([str(bin_dir), *path])
+            return
+
+
 def check_tools() -> None:
-    missing = sorted({pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None})
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
-        tools = ", ".join(t for t, p in TOOLS.items() if p in missing)
-        raise UpError(
-            f"{tools} not found on PATH: install the Debian packages"
-            f" (`sudo apt-get install {' '.join(missing)}`)"
-        )
+        raise UpError("not found on PATH: " + "; ".join(f"{t} (from {TOOLS[t]})" for t in missing))
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -212,8 +228,8 @@ class Node:
         if done.returncode != 0:
             raise UpError(
                 f"building the layout module failed (rc {done.returncode}): see"
-                f" {self.layout.logs / 'layout-build.log'} (it needs gcc, pkg-config and"
-                " libweston-10-dev)"
+                f" {self.layout.logs / 'layout-build.log'} (it builds in the trixie root,"
+                " against libweston-14)"
             )
 
     def _start_xvfb(self) -> None:
@@ -261,7 +277,7 @@ class Node:
             f"--config={layout.weston_ini}", f"--runtime-dir={layout.runtime_dir}",
             f"--restarts-dir={layout.etc / 'restarts'}", f"--pid-file={layout.weston_pid}",
             "--backend=x11-backend.so", "--",
-            f"--output-count={len(self.chosen)}", "--use-pixman",
+            f"--output-count={len(self.chosen)}", "--renderer=pixman",
         ]
 
     def _operator_argv(self) -> list[str]:
@@ -398,6 +414,7 @@ def _signals() -> Iterator[Signals]:
 
 def run(options: Options, out: TextIO) -> None:
     """Start the node, print it, serve until SIGINT/SIGTERM, stop everything."""
+    use_trixie_compositor(options.dist)
     check_tools()
     for name in BINARIES:
         pex(options.dist, name)

@@ -3,6 +3,7 @@ simulated monitors it serves on the card's i2c buses."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,25 @@ from libdisplay.ddc_socket import SocketI2c
 from simnode import card, up
 
 
-def test_missing_tools_name_the_debian_packages(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_missing_tools_say_where_they_come_from(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(up.UpError) as caught:
         up.check_tools()
     message = str(caught.value)
-    assert "Xvfb, weston, weston-simple-shm, cc, pkg-config not found on PATH" in message
-    assert "apt-get install gcc pkg-config weston xvfb" in message
+    assert message.startswith("not found on PATH: Xvfb (from the Debian package xvfb); weston")
+    assert "run ./pants once to make the trixie root" in message
+
+
+def test_the_checkouts_weston_14_goes_first_on_path(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    bin_dir = tmp_path / "build-support" / "trixie" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "weston").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    up.use_trixie_compositor(tmp_path / "dist")
+    up.use_trixie_compositor(tmp_path / "dist")
+    assert os.environ["PATH"] == f"{bin_dir}:/usr/bin"
 
 
 def test_a_missing_pex_says_how_to_build_it(tmp_path: Path) -> None:
