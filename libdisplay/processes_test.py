@@ -146,7 +146,7 @@ def test_unix_socket_accepts(tmp_path: Path, state: str, accepts: bool) -> None:
 
 
 def test_weston_that_fails_to_start_reports_its_own_fatal_line() -> None:
-    # The headless backend has exactly one output and rejects --output-count (weston 10).
+    # The headless backend has exactly one output and rejects --output-count (weston 14).
     with pytest.raises(ReadinessError) as failure, weston.headless(args=["--output-count=3"]):
         pytest.fail("weston should not have become ready")
     assert "exited before" in str(failure.value)

@@ -231,7 +231,7 @@ def test_a_protocol_error_from_the_compositor_is_typed(compositor: Weston) -> No
     assert "invalid version for global wl_output" in error.message
 
 
-# A scripted compositor for what weston 10 cannot show: wl_output v4, a connection closed
+# A scripted compositor for what a real weston does not show: a connection closed
 # without an answer, and a malformed message. Its bytes are packed here, independently of
 # the module's encoder.
 

@@ -410,7 +410,7 @@ def _weston(config: str) -> Iterator[WestonRun]:
     (runtime / "weston.ini").write_text(config)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XDG_RUNTIME_DIR": str(runtime)}
     proc = subprocess.Popen(
-        ["weston", "--backend=headless-backend.so", f"--config={runtime / 'weston.ini'}",
+        ["weston", "--backend=headless", f"--config={runtime / 'weston.ini'}",
          "--socket=wl-test", f"--log={runtime / 'weston.log'}"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

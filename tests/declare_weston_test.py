@@ -4,7 +4,7 @@ weston runs with the config exactly as declare writes it for the pod, the layout
 its shell included (built from westonctl/layout as the weston image builds it).
 
 A simulated card with three monitors (sysfs in the kernel's format, EDIDs from the builder),
-their Display objects in the fake apiserver, and real weston 10 on the x11 backend over Xvfb,
+their Display objects in the fake apiserver, and real weston 14 on the x11 backend over Xvfb,
 whose outputs X1..X3 stand for the connectors (declare's --output-alias maps them). Each
 output must come up at its Display's mode, or at the monitor's preferred mode where the
 Display's mode is not offered or there is no Display.
@@ -117,10 +117,10 @@ def test_outputs_come_up_at_their_display_modes_or_preferred(
             f"--runtime-dir={runtime}",
             f"--restarts-dir={tmp_path / 'etc' / 'restarts'}",
             f"--pid-file={tmp_path / 'etc' / 'weston.pid'}",
-            "--backend=x11-backend.so",
+            "--backend=x11",
             "--",
             "--output-count=3",
-            "--use-pixman",
+            "--renderer=pixman",
         ]
         with running(
             argv,

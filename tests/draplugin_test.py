@@ -485,9 +485,9 @@ def weston(node: Node, pex_root: Path, *, x11_display: str | None = None,
     socket = node.runtime_dir / "wayland-0"
     node.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     backend = (
-        ["--backend=headless-backend.so", "--", "--use-pixman"]
+        ["--backend=headless", "--", "--renderer=pixman"]
         if x11_display is None
-        else ["--backend=x11-backend.so", "--", f"--output-count={outputs}", "--use-pixman"]
+        else ["--backend=x11", "--", f"--output-count={outputs}", "--renderer=pixman"]
     )
     extra = {} if x11_display is None else {"DISPLAY": x11_display}
     argv = [

@@ -1,4 +1,4 @@
-"""westonctl, the built PEX, supervising real weston 10 (headless backend, pixman).
+"""westonctl, the built PEX, supervising real weston 14 (headless backend, pixman).
 
 Each test runs its own westonctl with its own runtime dir, config and restart-order dir,
 waits on readiness (the pid file and an answering socket), and always stops and reaps
@@ -63,10 +63,10 @@ class Node:
             f"--runtime-dir={self.runtime}",
             f"--restarts-dir={self.restarts}",
             f"--pid-file={self.pid_file}",
-            "--backend=headless-backend.so",
+            "--backend=headless",
             f"--stop-grace={stop_grace}",
             "--",
-            "--use-pixman",
+            "--renderer=pixman",
         ]
 
 

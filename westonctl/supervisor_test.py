@@ -35,17 +35,17 @@ def test_weston_argv_keeps_log_scope_and_passes_extra_args(tmp_path: Path) -> No
     command = WestonCommand(
         config=tmp_path / "weston.ini",
         runtime_dir=tmp_path,
-        backend="headless-backend.so",
+        backend="headless",
         log_scopes=" drm-backend,log ,",
-        extra_args=("--use-pixman",),
+        extra_args=("--renderer=pixman",),
     )
     assert command.argv() == [
         "weston",
         f"--config={tmp_path / 'weston.ini'}",
-        "--backend=headless-backend.so",
+        "--backend=headless",
         "--socket=wayland-0",
         "--logger-scopes=log,drm-backend",
-        "--use-pixman",
+        "--renderer=pixman",
     ]
     assert command.environ()["XDG_RUNTIME_DIR"] == str(tmp_path)
 
