@@ -9,10 +9,11 @@
 # The tag defaults to the binaries' version (libdisplay.__version__), the
 # tag overlays/release sets. The PEXes come from `pants package` of the
 # four binaries (dist/<binary>/<binary>.pex). No registry is reachable to
-# pull a base image, so the bases are Debian bookworm root filesystems
-# made with mmdebstrap from the host's apt sources and imported into
-# podman as localhost/display-base-<name>:bookworm; each is made once and
-# reused. Needs mmdebstrap and podman (apt-get install mmdebstrap podman).
+# pull a base image, so the bases are Debian root filesystems made with
+# mmdebstrap from the host's apt sources (trixie for the compositor, bookworm
+# for the rest) and imported into podman as localhost/display-base-<name>:<suite>;
+# each is made once and reused. Needs mmdebstrap and podman
+# (apt-get install mmdebstrap podman).
 #
 # usage: deploy/images/build.sh [--registry REGISTRY] [--tag TAG] [--dry-run]
 #   --dry-run prints the commands instead of running them.
@@ -38,6 +39,8 @@ if [[ -z $tag ]]; then
   [[ -n $tag ]] || { echo "build.sh: no __version__ in libdisplay/__init__.py" >&2; exit 1; }
 fi
 sources=${DEBIAN_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 run() {
   if $dry_run; then
@@ -48,18 +51,38 @@ run() {
   fi
 }
 
-# The Debian packages of each base. python3.11 is bookworm's Python (it
-# installs no `python3` name; the images call python3.11 by path).
+# The Debian packages of each base, and its suite. The compositor's bases are
+# trixie, for weston 14 (libseat's noop backend, require-outputs); the others
+# stay on bookworm, whose python3.11 the PEXes are built for (their grpcio and
+# other compiled wheels are cp311). The images call python3.N by path: it
+# installs no `python3` name.
 declare -A base_packages=(
   [python]="python3.11"
-  [weston]="python3.11,weston,wayland-utils"
-  [build]="gcc,libc6-dev,pkg-config,weston,libweston-10-dev"
+  [operator]="python3.11,weston,wayland-utils"
+  [weston]="python3.13,weston,wayland-utils"
+  [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
   [ffmpeg]="python3.11,ffmpeg,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
   [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil"
 )
+declare -A base_suite=(
+  [python]=bookworm [operator]=bookworm [weston]=trixie [weston-build]=trixie
+  [ffmpeg]=bookworm [cli]=bookworm
+)
+
+# The host's sources name bookworm's suites; a trixie base takes the same
+# mirrors with the suite names changed (bookworm's keyring holds trixie's keys).
+sources_for() {
+  if [[ $1 == bookworm ]]; then
+    echo "$sources"
+  else
+    sed "s/\bbookworm\b/$1/g" "$sources" >"$work/$1.sources"
+    echo "$work/$1.sources"
+  fi
+}
 
 base() {
-  local name=$1 image="localhost/display-base-$1:bookworm"
+  local name=$1 suite=${base_suite[$1]}
+  local image="localhost/display-base-$name:$suite"
   if ! $dry_run && podman image exists "$image"; then
     echo "$image"
     return
@@ -71,7 +94,7 @@ base() {
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-    bookworm "$rootfs" "$sources" >&2
+    "$suite" "$rootfs" "$(sources_for "$suite")" >&2
   run podman import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin' \
     "$rootfs" "$image" >&2
@@ -90,8 +113,9 @@ if ! $dry_run; then
 fi
 
 python_base=$(base python)
+operator_base=$(base operator)
 weston_base=$(base weston)
-build_base=$(base build)
+build_base=$(base weston-build)
 ffmpeg_base=$(base ffmpeg)
 cli_base=$(base cli)
 
@@ -102,7 +126,7 @@ run podman build -f "$images/weston/Dockerfile" \
   --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
   -t "$registry/display-weston:$tag" "$repo_root"
 run podman build -f "$images/operator/Dockerfile" \
-  --build-arg BASE_IMAGE="$weston_base" \
+  --build-arg BASE_IMAGE="$operator_base" \
   -t "$registry/display-operator:$tag" "$repo_root"
 run podman build -f "$images/capture/Dockerfile" \
   --build-arg BASE_IMAGE="$ffmpeg_base" \

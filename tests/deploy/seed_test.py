@@ -190,8 +190,8 @@ def test_each_container_runs_the_image_built_for_its_binary(name: str) -> None:
 
 def test_compositor_image_runs_westonctl_and_carries_the_layout_module() -> None:
     text = (DEPLOY / "images" / "weston" / "Dockerfile").read_text()
-    assert (exec_form("weston", "ENTRYPOINT")[-1], "layout.so" in text) == (
-        "/opt/display/westonctl/pex",
+    assert (exec_form("weston", "ENTRYPOINT")[-1], "layout-shell.so" in text) == (
+        "/opt/display/westonctl/bin/westonctl",
         True,
     )
 
