@@ -1,4 +1,5 @@
-"""A Wayland client for layout tests that draws one solid colour, in the standard library.
+"""Wayland clients for layout tests, in the standard library: one that draws a solid colour,
+and `capture_attempt`, which asks weston_capture_v1 for a frame as an ordinary client would.
 
 It speaks just enough of the wire protocol to show an xdg_toplevel with a wl_shm buffer:
 `wl_compositor`, `wl_shm` (the pool's memfd goes over SCM_RIGHTS), `xdg_wm_base` (answering
@@ -282,3 +283,104 @@ class SolidClient:
         self._send(self._ids["surface"], _SURFACE_ATTACH, buffer, 0, 0)
         self._send(self._ids["surface"], _SURFACE_DAMAGE, 0, 0, width, height)
         self._drawn = (width, height)
+
+
+_CAPTURE_CREATE, _SOURCE_CAPTURE = 1, 1
+_SOURCE_FRAMEBUFFER = 1
+_EV_FORMAT, _EV_SIZE, _EV_COMPLETE, _EV_RETRY, _EV_FAILED = 0, 1, 2, 3, 4
+_WL_SHM_XRGB8888, _WL_SHM_ARGB8888 = 1, 0
+_DRM_XRGB8888, _DRM_ARGB8888 = 0x34325258, 0x34325241
+
+
+def capture_attempt(socket_path: Path, *, timeout: float = 10.0) -> str:
+    """Ask weston for a frame of its first output over weston_capture_v1, as any client can.
+
+    Returns "complete", or "failed: <message>" (e.g. "failed: unauthorized" when no
+    screenshot authority admits this client). A shm buffer of the announced size and format
+    is used, so that only the compositor's policy decides. Object ids are allocated in
+    order, as libwayland requires: registry 2, syncs 3 and 8, wl_shm 4, wl_output 5,
+    weston_capture_v1 6, its source 7, the pool 9 and the buffer 10.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    sock.connect(os.fspath(socket_path))
+    globals_: dict[str, int] = {}
+    source: dict[str, int] = {}
+    outcome: list[str] = []
+    buffer_in = bytearray()
+
+    def send(object_id: int, opcode: int, *args: int | str, fd: int | None = None) -> None:
+        data = _message(object_id, opcode, _encode(*args))
+        if fd is None:
+            sock.sendall(data)
+        else:
+            socket.send_fds(sock, [data], [fd])
+
+    def pump(until: Callable[[], bool]) -> None:
+        while not until():
+            data = sock.recv(65536)
+            if not data:
+                raise ClientError("the compositor closed the connection")
+            buffer_in.extend(data)
+            while len(buffer_in) >= _HEADER.size:
+                object_id, word = _HEADER.unpack_from(buffer_in)
+                size = word >> 16
+                if len(buffer_in) < size:
+                    break
+                args = EventArgs(bytes(buffer_in[_HEADER.size : size]), f"object {object_id}")
+                del buffer_in[:size]
+                on_event(object_id, word & 0xFFFF, args)
+
+    def on_event(object_id: int, opcode: int, args: EventArgs) -> None:
+        if object_id == 1 and opcode == _EV_ERROR:
+            raise ClientError(f"protocol error {args.uint()} {args.uint()}: {args.string()}")
+        if object_id == 2 and opcode == 0:  # wl_registry.global
+            name, interface = args.uint(), args.string()
+            globals_.setdefault(interface, name)
+        elif object_id == 3:  # the sync after get_registry
+            globals_["done"] = 1
+        elif object_id == 7:  # the capture source
+            if opcode == _EV_FORMAT:
+                source["format"] = args.uint()
+            elif opcode == _EV_SIZE:
+                source["width"], source["height"] = args.sint(), args.sint()
+            elif opcode == _EV_COMPLETE:
+                outcome.append("complete")
+            elif opcode == _EV_RETRY:
+                outcome.append("retry")
+            elif opcode == _EV_FAILED:
+                outcome.append(f"failed: {args.string()}")
+        elif object_id == 8:  # the sync after create
+            source["synced"] = 1
+
+    try:
+        send(1, _GET_REGISTRY, 2)
+        send(1, _SYNC, 3)
+        pump(lambda: "done" in globals_)
+        for interface in ("wl_shm", "wl_output", "weston_capture_v1"):
+            if interface not in globals_:
+                raise ClientError(f"the compositor has no {interface}")
+        send(2, _REGISTRY_BIND, globals_["wl_shm"], "wl_shm", 1, 4)
+        send(2, _REGISTRY_BIND, globals_["wl_output"], "wl_output", 1, 5)
+        send(2, _REGISTRY_BIND, globals_["weston_capture_v1"], "weston_capture_v1", 1, 6)
+        send(6, _CAPTURE_CREATE, 5, _SOURCE_FRAMEBUFFER, 7)
+        send(1, _SYNC, 8)
+        pump(lambda: "synced" in source)
+        width, height = source.get("width", 1), source.get("height", 1)
+        drm_format = source.get("format", _DRM_XRGB8888)
+        shm_format = {_DRM_XRGB8888: _WL_SHM_XRGB8888, _DRM_ARGB8888: _WL_SHM_ARGB8888}.get(
+            drm_format, drm_format
+        )
+        size = width * 4 * height
+        fd = os.memfd_create("capture-attempt", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            send(4, _SHM_CREATE_POOL, 9, size, fd=fd)
+        finally:
+            os.close(fd)
+        send(9, _POOL_CREATE_BUFFER, 10, 0, width, height, width * 4, shm_format)
+        send(7, _SOURCE_CAPTURE, 10)
+        pump(lambda: bool(outcome))
+        return outcome[0]
+    finally:
+        sock.close()

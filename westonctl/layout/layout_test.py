@@ -33,7 +33,7 @@ from libdisplay.layout import (
 from libdisplay.processes import running
 from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
-from tests.support.layout import SolidClient, Wish
+from tests.support.layout import SolidClient, Wish, capture_attempt
 from tests.support.layout_build import build_layout, layout_ini
 
 HERE = Path(__file__).resolve().parent
@@ -204,6 +204,19 @@ def test_main_socket_clients_are_shown_on_no_output(
         for output in ("X1", "X2"):
             frame = wait_frame(two_outputs.capture, output, lambda _f: True, what="a frame")
             assert non_black_bbox(frame) is None, output
+
+
+@pytest.mark.parametrize("where", ["main-socket", "claim-socket"])
+def test_weston_capture_is_refused_to_every_client_but_the_modules_own(
+    two_outputs: Compositor, claims: LayoutControl, where: str
+) -> None:
+    path = two_outputs.weston.socket
+    if where == "claim-socket":
+        path = two_outputs.claim_socket("a")
+        claims.create_claim_socket(path, "X1", "claim-a")
+    assert capture_attempt(path, timeout=WAIT_S) == "failed: unauthorized"
+    frame = wait_frame(two_outputs.capture, "X1", lambda _f: True, what="a frame")
+    assert (frame.header.width, frame.header.height) == X1
 
 
 def test_remove_disconnects_clients_and_unlinks_the_socket(
