@@ -1,10 +1,10 @@
-"""Reviews: bearer parsing, the answers' mapping to 401/403/503, caching, and the real HTTP calls
-against the fake apiserver."""
+"""Reviews: bearer parsing, audiences, the answers' mapping to 401/403/503, the bounded caches,
+shared concurrent reviews, and the real HTTP calls against the fake apiserver."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +27,38 @@ DISPLAY = "node-a.card0-hdmi-a-1"
 class CountingReviews:
     """A ReviewApi that answers from two dicts and counts the calls."""
 
-    def __init__(self, users: dict[str, dict[str, Any]], allowed: set[str]) -> None:
+    def __init__(self, users: dict[str, dict[str, Any]], allowed: set[str], *,
+                 audiences: Sequence[str] | None = None) -> None:
         self.users = users
         self.allowed = allowed
+        self.audiences = audiences
         self.calls = 0
+        self.gate: asyncio.Event | None = None
 
-    async def token_review(self, token: str) -> Mapping[str, Any]:
+    async def token_review(self, token: str, audiences: Sequence[str]) -> Mapping[str, Any]:
         self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
         user = self.users.get(token)
-        return {"authenticated": True, "user": user} if user else {"error": "bad token"}
+        granted = list(audiences if self.audiences is None else self.audiences)
+        return ({"authenticated": True, "user": user, "audiences": granted} if user
+                else {"error": "bad token"})
 
     async def access_review(self, spec: Mapping[str, Any]) -> Mapping[str, Any]:
         self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
         return {"allowed": spec["user"] in self.allowed}
 
 
 @pytest.mark.parametrize(
     ("header", "error"),
     [(None, "no Authorization"), ("", "no Authorization"), ("Basic abc", "Bearer"),
-     ("Bearer ", "Bearer"), ("Bearer", "Bearer")],
-    ids=["missing", "empty", "basic", "empty-token", "no-token"],
+     ("Bearer ", "Bearer"), ("Bearer", "Bearer"),
+     # aiohttp hands a non-UTF-8 byte over as a surrogate escape.
+     (b"Bearer ab\xffcd".decode("utf-8", "surrogateescape"), "characters"),
+     ("Bearer a b", "characters"), ("Bearer caf\u00e9", "characters")],
+    ids=["missing", "empty", "basic", "empty-token", "no-token", "non-utf8", "space", "latin"],
 )
 def test_bearer_token_refuses(header: str | None, error: str) -> None:
     with pytest.raises(UnauthenticatedError, match=error):
@@ -88,7 +100,7 @@ def test_denials_raise_and_are_cached_too() -> None:
     reviewer = Reviewer(api, ttl_s=10.0)
 
     async def attempt() -> None:
-        with pytest.raises(UnauthenticatedError, match="bad token"):
+        with pytest.raises(UnauthenticatedError, match="not accepted"):
             await reviewer.authenticate("other")
         with pytest.raises(ForbiddenError, match="bob may not get displays/capture of"):
             await reviewer.authorize(await reviewer.authenticate("t"), DISPLAY)
@@ -100,7 +112,8 @@ def test_denials_raise_and_are_cached_too() -> None:
 
 def test_http_reviews_against_the_fake_apiserver() -> None:
     with FakeKube() as fake:
-        fake.policy.add_token("tok", "alice", groups=("viewers",))
+        fake.policy.add_token("tok", "alice", groups=("viewers",), audiences=(auth.AUDIENCE,))
+        fake.policy.add_token("api-tok", "alice")
         fake.policy.allow("get", "displays", group="viewers", api_group="display.liken.sh",
                           subresource="capture", name=DISPLAY)
 
@@ -115,6 +128,9 @@ def test_http_reviews_against_the_fake_apiserver() -> None:
                     await reviewer.authorize(user, "node-a.card0-dp-1")
                 with pytest.raises(UnauthenticatedError):
                     await reviewer.authenticate("nope")
+                # A token for the API server itself is no token for captures.
+                with pytest.raises(UnauthenticatedError, match="audience display-capture"):
+                    await reviewer.authenticate("api-tok")
             finally:
                 await reviews.close()
 
@@ -124,7 +140,7 @@ def test_http_reviews_against_the_fake_apiserver() -> None:
 def test_http_reviews_from_a_kubeconfig(tmp_path: Path) -> None:
     """Outside a cluster (a simulated node published into one) the reviews use a kubeconfig."""
     with FakeKube() as fake:
-        fake.policy.add_token("tok", "alice")
+        fake.policy.add_token("tok", "alice", audiences=(auth.AUDIENCE,))
         config = tmp_path / "config"
         config.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -151,7 +167,7 @@ def test_http_reviews_unreachable_is_unavailable() -> None:
         reviews = HttpReviews("http://127.0.0.1:9")
         try:
             with pytest.raises(ReviewUnavailableError, match="apiserver unreachable"):
-                await reviews.token_review("tok")
+                await reviews.token_review("tok", [auth.AUDIENCE])
         finally:
             await reviews.close()
 
@@ -168,3 +184,94 @@ def test_in_cluster_without_a_service_host_is_unavailable(
 
     with pytest.raises(ReviewUnavailableError, match="KUBERNETES_SERVICE_HOST"):
         asyncio.run(scenario())
+
+
+def test_a_token_authenticated_for_another_audience_is_refused() -> None:
+    api = CountingReviews({"t": {"username": "alice"}}, {"alice"}, audiences=["other"])
+    with pytest.raises(UnauthenticatedError, match="audience display-capture"):
+        asyncio.run(Reviewer(api, ttl_s=10.0).authenticate("t"))
+
+
+def test_caches_stay_within_their_bound_and_garbage_evicts_no_user() -> None:
+    api = CountingReviews({"good": {"username": "alice"}}, {"alice"})
+    reviewer = Reviewer(api, ttl_s=60.0, max_entries=8)
+
+    async def flood() -> None:
+        await reviewer.authenticate("good")
+        for index in range(1000):
+            with pytest.raises(UnauthenticatedError):
+                await reviewer.authenticate(f"garbage{index}")
+        calls = api.calls
+        await reviewer.authenticate("good")
+        assert api.calls == calls, "the accepted token was evicted by rejected ones"
+
+    asyncio.run(flood())
+    assert reviewer.cached_sizes() == (1, 8, 0)
+
+
+def test_expired_answers_are_pruned_once_per_ttl_not_per_miss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prunes: list[float] = []
+    real_prune = auth.Lru.prune
+
+    def counting_prune(self: auth.Lru[Any, Any], now: float) -> None:
+        prunes.append(now)
+        real_prune(self, now)
+
+    monkeypatch.setattr(auth.Lru, "prune", counting_prune)
+    now = [0.0]
+    reviewer = Reviewer(CountingReviews({}, set()), ttl_s=10.0, clock=lambda: now[0])
+
+    async def misses(count: int) -> None:
+        for index in range(count):
+            with pytest.raises(UnauthenticatedError):
+                await reviewer.authenticate(f"miss{now[0]}-{index}")
+
+    asyncio.run(misses(500))
+    assert prunes == []
+    now[0] = 10.0
+    asyncio.run(misses(500))
+    assert prunes == [10.0] * 3  # the three caches, once
+    now[0] = 21.0
+    asyncio.run(misses(1))
+    assert reviewer.cached_sizes() == (0, 1, 0)
+
+
+def test_concurrent_identical_reviews_share_one_call() -> None:
+    api = CountingReviews({"t": {"username": "alice"}}, {"alice"})
+    reviewer = Reviewer(api, ttl_s=10.0)
+
+    async def together() -> None:
+        api.gate = asyncio.Event()
+        users = asyncio.gather(*(reviewer.authenticate("t") for _ in range(50)))
+        await asyncio.sleep(0)
+        api.gate.set()
+        (user, *others) = await users
+        assert all(other == user for other in others)
+        assert api.calls == 1
+        api.gate = asyncio.Event()
+        decisions = asyncio.gather(*(reviewer.authorize(user, DISPLAY) for _ in range(50)))
+        await asyncio.sleep(0)
+        api.gate.set()
+        await decisions
+        assert api.calls == 2
+
+    asyncio.run(together())
+
+
+def test_a_cancelled_caller_leaves_the_shared_review_to_the_others() -> None:
+    api = CountingReviews({"t": {"username": "alice"}}, set())
+    reviewer = Reviewer(api, ttl_s=10.0)
+
+    async def scenario() -> None:
+        api.gate = asyncio.Event()
+        first = asyncio.ensure_future(reviewer.authenticate("t"))
+        second = asyncio.ensure_future(reviewer.authenticate("t"))
+        await asyncio.sleep(0)
+        first.cancel()
+        api.gate.set()
+        assert (await second).username == "alice"
+        assert api.calls == 1
+
+    asyncio.run(scenario())

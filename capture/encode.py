@@ -26,6 +26,10 @@ from libdisplay.layout import FrameHeader, PixelFormat
 log = logging.getLogger(__name__)
 
 Encoder = Literal["vaapi", "software"]
+# Why this encoder, in words fit for a metric label anyone may scrape (the reason's text can
+# carry ffmpeg's stderr and device paths, so it goes only to the log and to authorized callers).
+Cause = Literal["no-render-node", "probe-timeout", "probe-failed", "probe-encoded",
+                "encode-failed", "unspecified"]
 FFMPEG: Final = "ffmpeg"
 # The bound of every frame the server asks the layout module for.
 MAX_SIDE: Final = (1920, 1080)
@@ -54,6 +58,7 @@ class EncoderChoice:
     encoder: Encoder
     reason: str
     render_node: Path | None = None
+    cause: Cause = "unspecified"
 
 
 def find_render_node(configured: Path | None, *, dri: Path = Path("/dev/dri")) -> Path | None:
@@ -84,7 +89,8 @@ def last_line(stderr: bytes) -> str:
 async def probe(render_node: Path | None) -> EncoderChoice:
     """VA-API when a test encode on the render node works, else software with the reason."""
     if render_node is None:
-        return EncoderChoice("software", "no render node (/dev/dri/renderD*) was delivered")
+        return EncoderChoice("software", "no render node (/dev/dri/renderD*) was delivered",
+                             cause="no-render-node")
     proc = await asyncio.create_subprocess_exec(
         *probe_argv(render_node),
         stdin=asyncio.subprocess.DEVNULL,
@@ -96,14 +102,17 @@ async def probe(render_node: Path | None) -> EncoderChoice:
     except TimeoutError:
         await kill(proc)
         return EncoderChoice(
-            "software", f"VA-API probe on {render_node} took over {PROBE_TIMEOUT_S:g} s"
+            "software", f"VA-API probe on {render_node} took over {PROBE_TIMEOUT_S:g} s",
+            cause="probe-timeout",
         )
     if proc.returncode != 0:
         return EncoderChoice(
             "software",
             f"VA-API probe on {render_node} failed (rc={proc.returncode}): {last_line(stderr)}",
+            cause="probe-failed",
         )
-    return EncoderChoice("vaapi", f"VA-API probe on {render_node} encoded", render_node)
+    return EncoderChoice("vaapi", f"VA-API probe on {render_node} encoded", render_node,
+                         cause="probe-encoded")
 
 
 def _filters(header: FrameHeader) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any, Final
 import aiohttp
 import pytest
 
-from capture import testing
+from capture import auth, testing
 from capture.testing import Compositor, Server
 from fakekube.server import FakeKube
 from libdisplay import fsutil
@@ -77,8 +77,8 @@ def comp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compositor]:
 @pytest.fixture(scope="module")
 def kube() -> Iterator[FakeKube]:
     with FakeKube() as fake:
-        fake.policy.add_token("alice-token", "alice")
-        fake.policy.add_token("bob-token", "bob")
+        fake.policy.add_token("alice-token", "alice", audiences=(auth.AUDIENCE,))
+        fake.policy.add_token("bob-token", "bob", audiences=(auth.AUDIENCE,))
         fake.policy.allow(
             "get", "displays", user="alice", api_group="display.liken.sh", subresource="capture"
         )

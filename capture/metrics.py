@@ -2,7 +2,9 @@
 
 One registry per server, so tests run several servers in one process. The encoder that ran is a
 label on every encode (`vaapi` or `software`), and `display_capture_encoder_info` says which one
-clips use now and why, so a fallback to software shows on a dashboard, not only in a log.
+clips use now and why (a short cause, never ffmpeg's words), so a fallback to software shows on
+a dashboard; the full reason is in the log. Connections held and refused show how near the
+listener's bounds the server runs.
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ class Metrics:
         )
         self.encoder_info = Gauge(
             "display_capture_encoder_info",
-            "1 for the encoder clips use now, with the reason it was chosen.",
-            ["encoder", "reason"],
+            "1 for the encoder clips use now, with the cause of the choice.",
+            ["encoder", "cause"],
             registry=self.registry,
         )
         self.fallbacks = Counter(
@@ -80,10 +82,29 @@ class Metrics:
             "1 when the mounted certificate is served, 0 while the self-signed one is.",
             registry=self.registry,
         )
+        self.connections = Gauge(
+            "display_capture_connections",
+            "Client connections held now, waiting for TLS or served.",
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "display_capture_connections_refused_total",
+            "Connections closed at accept: capacity (every slot busy), source (per-address "
+            "bound); or closed early: evicted (oldest idle, to make room), silent (no "
+            "ClientHello in time), handshake (failed or too slow).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.unauthenticated_limited = Counter(
+            "display_capture_unauthenticated_limited_total",
+            "Requests with a token not known good answered 429 because their address "
+            "exceeded its rate of token reviews.",
+            registry=self.registry,
+        )
 
-    def set_encoder(self, encoder: str, reason: str) -> None:
+    def set_encoder(self, encoder: str, cause: str) -> None:
         self.encoder_info.clear()
-        self.encoder_info.labels(encoder=encoder, reason=reason).set(1)
+        self.encoder_info.labels(encoder=encoder, cause=cause).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

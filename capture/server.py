@@ -1,14 +1,21 @@
 """The HTTPS server: outputs, stills, clips and the live view, behind RBAC; health and metrics open.
 
-Every capture endpoint authenticates the bearer token (TokenReview), finds the output among the
-`[output]` sections of weston.ini (anything else, including path tricks, is 404), authorizes
-`get displays/capture` on its Display (SubjectAccessReview), checks the request, and only then
+Every capture endpoint authenticates the bearer token (TokenReview; an address may start only a
+few reviews a second for tokens not already known good, 429 past that), finds the output among
+the `[output]` sections of weston.ini, authorizes `get displays/capture` on its Display
+(SubjectAccessReview) and answers 404 alike for an output that does not exist (path tricks
+included) and one the caller may not capture, so outputs cannot be enumerated; it checks the
+request, and only then
 takes one of the encode slots: past `max_encodes` the answer is 429 with Retry-After, so the
 ffmpeg processes this container runs stay inside its memory limit. Frames are asked for within
 1080p (`encode.MAX_SIDE`): the layout module shrinks a larger output by an integer factor (4K
 comes as 1920x1080, 2560x1440 as 1280x720), so every frame is at most 8 MiB, a still is a PNG
 made in this process and a clip's ffmpeg never scales. A clip's ffmpeg is killed when the clip
 runs past its time or size bound or the client goes away.
+
+Open answers say nothing an attacker could use: `/healthz` only whether frames can be had,
+503s only that the API server cannot review now (the details go to the log), metric labels only
+short causes. Connections are bounded before aiohttp sees them (`capture.connections`).
 
 Routes: `/healthz`, `/metrics`, `/` (live view page), `/api/v1/outputs`,
 `/api/v1/outputs/{output}/still.png`, `/api/v1/outputs/{output}/clip.mp4?seconds=S`.
@@ -21,6 +28,7 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -31,9 +39,19 @@ from typing import Final
 
 from aiohttp import web
 
-from capture import encode
-from capture.auth import AuthError, HttpReviews, ReviewApi, Reviewer, bearer_token
+from capture import encode, page
+from capture.auth import (
+    AuthError,
+    ForbiddenError,
+    HttpReviews,
+    ReviewApi,
+    Reviewer,
+    User,
+    bearer_token,
+)
+from capture.connections import ConnectionLimits, Connections, Listener
 from capture.encode import EncoderChoice
+from capture.limits import SourceRate
 from capture.metrics import Metrics
 from capture.png import encode_png
 from capture.settings import MIN_CLIP_S, Settings
@@ -52,6 +70,10 @@ _CHUNK: Final = 65536
 # A clip is paced at real time; past this many times its length plus slack, it is stuck.
 _CLIP_SLACK_S: Final = 20.0
 _HEALTH_TIMEOUT_S: Final = 1.0
+NOT_FOUND: Final = "no such output, or not one you may capture"
+UNAVAILABLE: Final = "the API server cannot review requests now; retry later"
+# What an unknown output is authorized against, so it costs what a real one does.
+_NO_OUTPUT_DEVICE: Final = "no-such-output"
 
 
 class BusyError(Exception):
@@ -161,17 +183,26 @@ class State:
 
     def __init__(self, settings: Settings, reviews: ReviewApi, metrics: Metrics) -> None:
         self.settings = settings
-        self.reviewer = Reviewer(reviews, ttl_s=settings.auth_cache_s)
+        self.reviewer = Reviewer(reviews, ttl_s=settings.auth_cache_s,
+                                 audience=settings.token_audience)
+        self.unauthenticated = SourceRate(burst=settings.unauthenticated_burst,
+                                          per_s=settings.unauthenticated_per_s)
         self.metrics = metrics
         self.slots = Slots(settings.max_encodes)
+        self.connections = Connections(ConnectionLimits(
+            max_connections=settings.max_connections,
+            per_source=settings.max_connections_per_source,
+            handshake_timeout_s=settings.handshake_timeout_s,
+        ), metrics)
         self.choice: asyncio.Future[EncoderChoice] = asyncio.get_running_loop().create_future()
+        self.frames_failure: str | None = None
         metrics.max_encodes.set(settings.max_encodes)
 
     def set_choice(self, choice: EncoderChoice) -> None:
         if self.choice.done():
             self.choice = asyncio.get_running_loop().create_future()
         self.choice.set_result(choice)
-        self.metrics.set_encoder(choice.encoder, choice.reason)
+        self.metrics.set_encoder(choice.encoder, choice.cause)
         if choice.encoder == "software":
             self.metrics.fallbacks.inc()
             log.warning("clips are encoded in software (libx264): %s", choice.reason)
@@ -184,25 +215,53 @@ class State:
         render_node = self.settings.render_node or encode.find_render_node(None)
         choice = await encode.probe(render_node)
         if choice.encoder == "software":
-            choice = EncoderChoice("software", f"{choice.reason} (after: {failure})")
+            choice = EncoderChoice("software", f"{choice.reason} (after: {failure})",
+                                   cause="encode-failed")
         self.set_choice(choice)
 
+    async def user(self, request: web.Request) -> User:
+        """The caller, from its bearer token; a token not known good spends from its
+        address's review rate (429 when none is left)."""
+        token = bearer_token(request.headers.get("Authorization"))
+        if not self.reviewer.knows(token):
+            retry_after = self.unauthenticated.take(request.remote or "")
+            if retry_after is not None:
+                self.metrics.unauthenticated_limited.inc()
+                raise RefusalError(_error(
+                    429, "too many token reviews from this address",
+                    **{"Retry-After": str(retry_after)},
+                ))
+        return await self.reviewer.authenticate(token)
+
     async def authorized(self, request: web.Request) -> Output:
-        """The requested output, once the caller is known and may see it."""
+        """The requested output, once the caller is known and may see it; 404 alike for
+        an output that does not exist and one the caller may not see."""
         try:
-            user = await self.reviewer.authenticate(
-                bearer_token(request.headers.get("Authorization"))
-            )
+            user = await self.user(request)
             output = read_outputs(self.settings).get(request.match_info.get("output", ""))
+            display = output.display if output else display_name(
+                self.settings.node_name, _NO_OUTPUT_DEVICE)
+            try:
+                await self.reviewer.authorize(user, display)
+            except ForbiddenError:
+                self.metrics.reviews.labels(result="forbidden").inc()
+                output = None
             if output is None:
-                raise RefusalError(_error(404, "no such output"))
-            await self.reviewer.authorize(user, output.display)
+                raise RefusalError(_error(404, NOT_FOUND))
         except AuthError as exc:
-            result = {401: "unauthenticated", 403: "forbidden"}.get(exc.status, "unavailable")
-            self.metrics.reviews.labels(result=result).inc()
-            raise RefusalError(_error(exc.status, str(exc), **_auth_headers(exc))) from exc
+            raise self.refusal(exc) from exc
         self.metrics.reviews.labels(result="ok").inc()
         return output
+
+    def refusal(self, exc: AuthError) -> RefusalError:
+        """The answer to a failed review: a 503's cause goes to the log, not the caller."""
+        result = {401: "unauthenticated", 403: "forbidden"}.get(exc.status, "unavailable")
+        self.metrics.reviews.labels(result=result).inc()
+        message = str(exc)
+        if exc.status >= 500:
+            log.warning("review failed: %s", exc)
+            message = UNAVAILABLE
+        return RefusalError(_error(exc.status, message, **_auth_headers(exc)))
 
 
 STATE: Final = web.AppKey("state", State)
@@ -215,7 +274,8 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     state = request.app[STATE]
     route = request.match_info.route.name or "other"
     try:
-        response = await handler(request)
+        with state.connections.in_request(request.transport):
+            response = await handler(request)
     except RefusalError as refusal:
         response = refusal.response
     except web.HTTPException as exc:
@@ -261,21 +321,20 @@ def _slot(state: State, expected_s: float) -> Iterator[None]:
 
 async def healthz(request: web.Request) -> web.Response:
     """Always 200 while serving (a restart of this container brings no frames back); the body
-    says whether frames can be had now, which encoder clips use, and which leaf is served."""
+    says only whether frames can be had now. Why not goes to the log, once per change."""
     state = request.app[STATE]
-    frames, detail = True, "capture socket answers"
+    failure = None
     try:
         await asyncio.to_thread(_greets, state.settings.capture_socket)
     except LayoutError as exc:
-        frames, detail = False, str(exc)
-    choice = state.choice.result() if state.choice.done() else None
-    return web.json_response({
-        "frames": frames,
-        "detail": detail,
-        "encoder": choice.encoder if choice else "probing",
-        "encoderReason": choice.reason if choice else "",
-        "certificate": request.app[CERTS].source,
-    })
+        failure = str(exc)
+    if failure != state.frames_failure:
+        if failure is None:
+            log.info("frames can be had again")
+        else:
+            log.warning("no frames: %s", failure)
+        state.frames_failure = failure
+    return web.json_response({"frames": failure is None})
 
 
 def _greets(socket_path: Path) -> None:
@@ -291,7 +350,7 @@ async def outputs(request: web.Request) -> web.Response:
     """The outputs the caller may capture (each checked with its own review)."""
     state = request.app[STATE]
     try:
-        user = await state.reviewer.authenticate(bearer_token(request.headers.get("Authorization")))
+        user = await state.user(request)
         visible = []
         for output in read_outputs(state.settings).values():
             try:
@@ -302,7 +361,7 @@ async def outputs(request: web.Request) -> web.Response:
                 continue
             visible.append({"name": output.name, "display": output.display})
     except AuthError as exc:
-        return _error(exc.status, str(exc), **_auth_headers(exc))
+        raise state.refusal(exc) from exc
     return web.json_response({"node": state.settings.node_name, "outputs": visible})
 
 
@@ -445,18 +504,25 @@ class _ClipRun:
 
 
 _PAGE: Final = "live.html"
+_BACKLOG: Final = 128
 CERTS: Final = web.AppKey("certs", Certificates)
 
 
 async def live(request: web.Request) -> web.Response:
-    """The live view: a page with no screen content; its script fetches stills with the token."""
-    page = resources.files("capture").joinpath(_PAGE).read_text()
-    return web.Response(text=page, content_type="text/html",
-                        headers={"Cache-Control": "no-store"})
+    """The live view: a page with no screen content; its script fetches stills with the token.
+    Its policy lets only its own inline script and style run, and no site frame it."""
+    text = resources.files("capture").joinpath(_PAGE).read_text()
+    return web.Response(text=text, content_type="text/html",
+                        headers={"Cache-Control": "no-store", **page.security_headers(text)})
+
+
+async def _nosniff(_request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["X-Content-Type-Options"] = "nosniff"
 
 
 def make_app(state: State, certs: Certificates) -> web.Application:
     app = web.Application(middlewares=[_answer])
+    app.on_response_prepare.append(_nosniff)
     app[STATE] = state
     app[CERTS] = certs
     app.router.add_get("/healthz", healthz, name="healthz")
@@ -491,13 +557,19 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
     certs = Certificates(settings.tls_dir)
     reviews = HttpReviews(settings.kube_url, kubeconfig=settings.kubeconfig)
     state = State(settings, reviews, Metrics())
-    runner = web.AppRunner(make_app(state, certs), handle_signals=False, access_log=None)
+    # The keep-alive timeout runs from the connection's start and from each response, and
+    # bytes of an unfinished request do not reset it: a first or next request must be whole
+    # within it.
+    runner = web.AppRunner(make_app(state, certs), handle_signals=False, access_log=None,
+                           keepalive_timeout=settings.idle_timeout_s)
     tasks: list[asyncio.Task[None]] = []
     try:
         await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=certs.listener)
-        await site.start()
-        host, port = runner.addresses[0][:2]
+        sock = _listening_socket(settings.host, settings.port)
+        host, port = sock.getsockname()[:2]
+        assert runner.server is not None  # made by setup()
+        listener = Listener(sock, runner.server, certs.listener, state.connections)
+        tasks.append(asyncio.create_task(listener.serve()))
         log.info("listening on https://%s:%d", host, port)
         tasks.append(asyncio.create_task(
             _watch_certificates(certs, state.metrics, settings.tls_poll_s)
@@ -511,6 +583,20 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
         await runner.cleanup()
         await reviews.close()
         certs.close()
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 _M_MMAP_THRESHOLD: Final = -3

@@ -8,6 +8,12 @@ device name of connector `<CAPTURE_CARD>-<output>` (`card0-hdmi-a-1`) unless
 outputs are x11 windows). `CAPTURE_KUBE_URL` points the reviews at a plain-HTTP apiserver
 (the simulated node's fake), else `KUBECONFIG` names a kubeconfig (a simulated node published
 into a real cluster); with neither, the in-cluster configuration is used.
+
+Tokens are reviewed for the audience `CAPTURE_TOKEN_AUDIENCE` (`display-capture`). The
+listener holds at most `CAPTURE_MAX_CONNECTIONS` (128) connections, `CAPTURE_MAX_CONNECTIONS_
+PER_SOURCE` (16) from one address; a connection must start TLS within 5 s and complete each
+request within `CAPTURE_IDLE_TIMEOUT_S` (15) of its start or of the last response. An address
+may start `CAPTURE_UNAUTHENTICATED_BURST` (20) token reviews at once and 2 a second after.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ DEFAULT_TLS_DIR: Final = Path("/var/run/display-capture-tls")
 # on 1080p peaks at 129 MiB (weston.md §6; ~100 MiB in bench/capture): two of them beside this
 # server (~60 MiB) and two frames in flight stay inside the 384Mi limit with margin.
 DEFAULT_MAX_ENCODES: Final = 2
+# A connection costs up to ~330 KiB (asyncio's 256 KiB TLS buffer, OpenSSL's, aiohttp's): 128
+# of them are ~42 MiB, inside the margin the encode bound leaves.
+DEFAULT_MAX_CONNECTIONS: Final = 128
+# A browser opens six per site; a few viewers behind one NAT fit.
+DEFAULT_MAX_CONNECTIONS_PER_SOURCE: Final = 16
+DEFAULT_IDLE_TIMEOUT_S: Final = 15.0
+DEFAULT_UNAUTHENTICATED_BURST: Final = 20
 DEFAULT_CLIP_S: Final = 3.0
 MAX_CLIP_S: Final = 30.0
 MIN_CLIP_S: Final = 0.5
@@ -55,6 +68,13 @@ class Settings:
     clip_max_bytes: int = 256 * 1024 * 1024
     tls_poll_s: float = 2.0
     auth_cache_s: float = 10.0
+    token_audience: str = "display-capture"
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_source: int = DEFAULT_MAX_CONNECTIONS_PER_SOURCE
+    handshake_timeout_s: float = 5.0
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    unauthenticated_burst: int = DEFAULT_UNAUTHENTICATED_BURST
+    unauthenticated_per_s: float = 2.0
 
 
 def parse_addr(text: str) -> tuple[str, int]:
@@ -85,6 +105,19 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise SettingsError(f"{name} must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     host, port = parse_addr(env.get("CAPTURE_ADDR", DEFAULT_ADDR))
@@ -108,4 +141,11 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         kubeconfig=Path(env["KUBECONFIG"]) if env.get("KUBECONFIG") else None,
         render_node=Path(render) if render else None,
         max_encodes=_positive_int(env, "CAPTURE_MAX_ENCODES", DEFAULT_MAX_ENCODES),
+        token_audience=env.get("CAPTURE_TOKEN_AUDIENCE") or "display-capture",
+        max_connections=_positive_int(env, "CAPTURE_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS),
+        max_connections_per_source=_positive_int(
+            env, "CAPTURE_MAX_CONNECTIONS_PER_SOURCE", DEFAULT_MAX_CONNECTIONS_PER_SOURCE),
+        idle_timeout_s=_positive_float(env, "CAPTURE_IDLE_TIMEOUT_S", DEFAULT_IDLE_TIMEOUT_S),
+        unauthenticated_burst=_positive_int(
+            env, "CAPTURE_UNAUTHENTICATED_BURST", DEFAULT_UNAUTHENTICATED_BURST),
     )

@@ -17,6 +17,9 @@ def test_defaults_match_the_pod() -> None:
     assert got.tls_dir == Path("/var/run/display-capture-tls")
     assert got.kube_url is None and got.render_node is None
     assert got.max_encodes == 2
+    assert got.token_audience == "display-capture"
+    assert (got.max_connections, got.max_connections_per_source) == (128, 16)
+    assert (got.handshake_timeout_s, got.idle_timeout_s) == (5.0, 15.0)
 
 
 def test_everything_can_be_set() -> None:
@@ -40,8 +43,12 @@ def test_everything_can_be_set() -> None:
         ({"NODE_NAME": "n", "CAPTURE_ADDR": ":99999"}, "CAPTURE_ADDR"),
         ({"NODE_NAME": "n", "CAPTURE_DEVICES": "X1"}, "CAPTURE_DEVICES"),
         ({"NODE_NAME": "n", "CAPTURE_MAX_ENCODES": "0"}, "CAPTURE_MAX_ENCODES"),
+        ({"NODE_NAME": "n", "CAPTURE_IDLE_TIMEOUT_S": "inf"}, "CAPTURE_IDLE_TIMEOUT_S"),
+        ({"NODE_NAME": "n", "CAPTURE_IDLE_TIMEOUT_S": "x"}, "CAPTURE_IDLE_TIMEOUT_S"),
+        ({"NODE_NAME": "n", "CAPTURE_MAX_CONNECTIONS": "-1"}, "CAPTURE_MAX_CONNECTIONS"),
     ],
-    ids=["no-node", "no-colon", "port-range", "device-without-equals", "zero-encodes"],
+    ids=["no-node", "no-colon", "port-range", "device-without-equals", "zero-encodes",
+         "infinite-idle", "idle-not-a-number", "negative-connections"],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
     with pytest.raises(SettingsError, match=names):

@@ -1,6 +1,7 @@
 """Real pieces for the capture tests and bench: weston with the layout module (optionally with a
-solid-colour client on each output), the server as a subprocess, and an HTTPS client that pins
-(or ignores) the server's certificate.
+solid-colour client on each output), or a stand-in capture socket that serves solid frames
+(`FakeCompositor`, for tests of the server's bounds that need no compositor); the server as a
+subprocess, and an HTTPS client that pins (or ignores) the server's certificate.
 
 The server runs as `python -m capture.main capture` with its settings in the environment and
 `CAPTURE_ADDR=127.0.0.1:0`; it is ready when its log says where it listens. It is stopped and
@@ -13,17 +14,20 @@ import contextlib
 import http.client
 import os
 import re
+import socket
 import ssl
 import struct
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from libdisplay.layout import LayoutCapture, LayoutControl
+from libdisplay.layout import CAPTURE_GREETING, LayoutCapture, LayoutControl
 from libdisplay.processes import Process, running
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient
@@ -67,6 +71,74 @@ def compositor(layout_so: Path, sizes: Sequence[tuple[int, int]]) -> Iterator[Co
             yield Compositor(weston=weston, sockets=sockets)
 
 
+class Screens(Protocol):
+    """What the server is started against: a weston.ini naming outputs and a capture socket."""
+
+    @property
+    def ini(self) -> Path: ...
+
+    @property
+    def capture(self) -> Path: ...
+
+
+class FakeCompositor:
+    """A capture socket answering `FRAME <output>` with a solid `size` frame of `colour` for the
+    outputs its weston.ini names (X1..Xn), `ERR no-output` otherwise; one thread a connection."""
+
+    def __init__(self, directory: Path, outputs: Sequence[str] = ("X1",), *,
+                 size: tuple[int, int] = (64, 48), colour: tuple[int, int, int] = (255, 0, 0)):
+        self.ini = directory / "weston.ini"
+        self.capture = directory / "capture.sock"
+        self.outputs = tuple(outputs)
+        self.ini.write_text("".join(f"[output]\nname={name}\nmode=preferred\n\n"
+                                    for name in outputs))
+        width, height = size
+        red, green, blue = colour
+        self._header = f"FRAME {width} {height} {width * 4} XRGB8888 0 {width * height * 4}\n"
+        self._pixels = bytes([blue, green, red, 0]) * (width * height)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(os.fspath(self.capture))
+        self._listener.listen(64)
+        self._threads: list[threading.Thread] = []
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
+
+    def __enter__(self) -> FakeCompositor:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._acceptor.join(WAIT_S)
+        for thread in self._threads:
+            thread.join(WAIT_S)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            conn.settimeout(WAIT_S)
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError), conn.makefile("rb") as lines:
+            conn.sendall(f"{CAPTURE_GREETING}\n".encode())
+            for line in lines:
+                words = line.decode(errors="replace").split()
+                if len(words) >= 2 and words[0] == "FRAME" and words[1] in self.outputs:
+                    conn.sendall(self._header.encode() + self._pixels)
+                else:
+                    conn.sendall(b"ERR no-output no such output\n")
+
+
 def claim_socket(comp: Compositor, output: str) -> Path:
     """Where the clients of `output`'s claim connect (made by `showing`)."""
     return comp.sockets / f"{output}.sock"
@@ -108,8 +180,11 @@ class Server:
     port: int
     tls_dir: Path
 
-    def connection(self, *, ca: Path | None = None) -> http.client.HTTPSConnection:
-        """A connection that pins `ca`, or that accepts any certificate (like the kubelet)."""
+    def connection(
+        self, *, ca: Path | None = None, source: str | None = None
+    ) -> http.client.HTTPSConnection:
+        """A connection that pins `ca`, or that accepts any certificate (like the kubelet);
+        from the loopback address `source` when given (the server bounds each address)."""
         if ca is None:
             # No CA store to load (create_default_context reads the system's, ~30 ms a call,
             # which the bench would count as the server's latency).
@@ -119,13 +194,15 @@ class Server:
         else:
             context = ssl.create_default_context(cafile=os.fspath(ca))
         return http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=context, timeout=HTTP_TIMEOUT_S
+            "127.0.0.1", self.port, context=context, timeout=HTTP_TIMEOUT_S,
+            source_address=(source, 0) if source else None,
         )
 
     def get(
-        self, path: str, *, token: str | None = None, ca: Path | None = None
+        self, path: str, *, token: str | None = None, ca: Path | None = None,
+        source: str | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        connection = self.connection(ca=ca)
+        connection = self.connection(ca=ca, source=source)
         try:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             connection.request("GET", path, headers=headers)
@@ -145,7 +222,7 @@ def _listening_port(log_path: Path) -> int | None:
 
 @contextlib.contextmanager
 def server(
-    comp: Compositor,
+    comp: Screens,
     *,
     kube_url: str,
     node: str = "node-a",
