@@ -7,6 +7,10 @@ Every child runs in its own session so that `stop` can also kill what it left be
 stragglers are killed: until then its pid stays a zombie and cannot be reused, so the
 process-group id the straggler kill uses still names our group.
 
+Every child also dies with the thread that started it (`setpriv --pdeathsig KILL`, which execs,
+so the child keeps its pid): a test run killed with SIGKILL, which runs no cleanup, leaves no
+weston, Xvfb or operator behind. A child meant to outlive its starter is started elsewhere.
+
 Readiness is polled with short waits up to a bounded deadline; when it fails the error
 carries the tail of the log, and `running` stops and reaps the child whatever happens.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -151,6 +156,17 @@ class Process:
         return ReadinessError(message, log_tail=tail, returncode=returncode)
 
 
+def _dies_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv` behind util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs it.
+
+    Not `preexec_fn`, which is unsafe in a process with threads (the tests have several).
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise ProcessError("setpriv (util-linux) is not on PATH: a child could outlive its test")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
+
+
 def start(
     argv: Sequence[str],
     *,
@@ -159,10 +175,11 @@ def start(
     cwd: Path | None = None,
     pass_fds: Sequence[int] = (),
 ) -> Process:
-    """Start `argv` in a new session with stdout and stderr appended to `log_path`."""
+    """Start `argv` in a new session with stdout and stderr appended to `log_path`; it is
+    SIGKILLed if the thread that started it ends first."""
     with log_path.open("ab") as log:
         popen = subprocess.Popen(
-            list(argv),
+            _dies_with_parent(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -207,9 +207,16 @@ class Supervisor:
         binary = shutil.which(argv[0])
         if binary is None:
             raise WestonStartError(f"{argv[0]!r} not found on PATH (install the weston package)")
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise WestonStartError("setpriv not found on PATH (install util-linux)")
         self._command.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # The child must not inherit the blocked signals, or weston would ignore SIGTERM.
-        pid = os.posix_spawn(binary, argv, self._command.environ(), setsigmask=())
+        # weston ends when westonctl does: in a pod that shares one process namespace an
+        # orphaned weston would live on beside the next westonctl and keep DRM master. setpriv
+        # execs weston, so the pid spawned is weston's. The child must not inherit the blocked
+        # signals, or weston would ignore SIGTERM.
+        spawned = [setpriv, "--pdeathsig", "TERM", "--", binary, *argv[1:]]
+        pid = os.posix_spawn(setpriv, spawned, self._command.environ(), setsigmask=())
         self._weston = pid
         self._write_pid(pid)
         self._drop_stale_orders(pid)
