@@ -9,12 +9,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from draplugin.apierrors import from_lightkube
 from draplugin.settings import KubeAccess
 from libdisplay import display
+from libdisplay.kubeerrors import ApiCallError
 
 
 class KubeError(Exception):
-    """The API could not be asked; the message names the object."""
+    """The API could not be asked; the message names the object. `failure` is the
+    classified error (`libdisplay.kubeerrors`)."""
+
+    def __init__(self, failure: ApiCallError) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 class Kube(Protocol):
@@ -63,28 +70,25 @@ class LightkubeKube:
         return dict(obj.to_dict().get("spec") or {})
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        from lightkube import ApiError
         from lightkube.types import PatchType
 
         try:
             self._client.patch(
                 self._display, name, {"spec": dict(patch)}, patch_type=PatchType.MERGE
             )
-        except ApiError as err:
-            raise KubeError(f"cannot update Display {name}: {err}") from err
-        except Exception as err:  # the HTTP library's transport errors, as in _get
-            raise KubeError(f"cannot update Display {name}: {err}") from err
+        except Exception as err:
+            failure = from_lightkube(err, f"cannot update Display {name}")
+            if failure is None:
+                raise
+            raise KubeError(failure) from err
 
     def _get(self, res: Any, name: str, *, namespace: str | None, what: str) -> Any:
-        from lightkube import ApiError
-
         try:
             return self._client.get(res, name, namespace=namespace)
-        except ApiError as err:
-            if err.status.code == 404:
-                return None
-            raise KubeError(f"cannot read {what} {name}: {err}") from err
-        # lightkube lets its HTTP library's transport errors through, and that library is
-        # lightkube's own dependency, not ours to name.
         except Exception as err:
-            raise KubeError(f"cannot read {what} {name}: {err}") from err
+            failure = from_lightkube(err, f"cannot read {what} {name}")
+            if failure is None:
+                raise
+            if failure.code == 404:
+                return None
+            raise KubeError(failure) from err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -130,6 +131,24 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     "at once (env HOTPLUG_RESYNC).",
 )
 @click.option(
+    "--slice-resync",
+    envvar="SLICE_RESYNC",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between checks that the ResourceSlice is still as published (env "
+    "SLICE_RESYNC).",
+)
+@click.option(
+    "--liveness-timeout",
+    envvar="LIVENESS_TIMEOUT",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="/healthz on the metrics port fails once the publisher's loop has not completed a "
+    "pass for this many seconds (env LIVENESS_TIMEOUT).",
+)
+@click.option(
     "--api-server",
     envvar="KUBE_API_SERVER",
     help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.",
@@ -194,13 +213,19 @@ def operator(**options: Any) -> None:
         aliases=output_aliases(options["output_alias"]),
         restart_timeout_s=options["restart_timeout"],
         hotplug_resync_s=options["hotplug_resync"],
+        slice_resync_s=options["slice_resync"],
+        liveness_timeout_s=options["liveness_timeout"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
         shell=options["shell"],
         delivery=options["delivery"],
         fault_point=fault,
     )
+    from draplugin.supervisor import EXIT_CODE, Supervisor
+
+    supervisor = Supervisor()
     node = (
-        _start_publisher(settings, metrics_addr=options["metrics_addr"])
+        _start_publisher(settings, metrics_addr=options["metrics_addr"],
+                         on_fatal=lambda err: supervisor.fail("the node publisher", err))
         if options["publish"]
         else None
     )
@@ -224,6 +249,9 @@ def operator(**options: Any) -> None:
         log.info("got %s: stopping", signal.Signals(signum).name)
         server.stop()
 
+    supervisor.attach(server.stop)
+    if supervisor.failed:
+        sys.exit(EXIT_CODE)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if node is not None:
@@ -236,7 +264,18 @@ def operator(**options: Any) -> None:
         server.wait()
     finally:
         if node is not None:
-            node.stop()
+            _stop_publisher(node)
+    if supervisor.failed:
+        sys.exit(EXIT_CODE)
+
+
+def _stop_publisher(node: Any) -> None:
+    from draplugin.node.runtime import NodeThreadError
+
+    try:
+        node.stop()
+    except NodeThreadError as err:  # a stuck loop: the process exit ends it
+        log.error("%s", err)
 
 
 def _restore_when_back(driver: Any) -> Callable[[Any], None]:
@@ -247,20 +286,25 @@ def _restore_when_back(driver: Any) -> Callable[[Any], None]:
     """
     import threading
 
+    def restore() -> None:
+        try:
+            driver.restore_sockets()
+        except Exception:  # the next "available" or start tries again; never silently
+            log.exception("restoring the claims' sockets failed")
+
     def on_availability(availability: Any) -> None:
         if availability.available:
-            threading.Thread(
-                target=driver.restore_sockets, name="restore-sockets", daemon=True
-            ).start()
+            threading.Thread(target=restore, name="restore-sockets", daemon=True).start()
 
     return on_availability
 
 
-def _start_publisher(settings: Any, *, metrics_addr: str) -> Any:
+def _start_publisher(settings: Any, *, metrics_addr: str,
+                     on_fatal: Callable[[BaseException], None]) -> Any:
     """The node publisher on its own thread (it is asyncio; the kubelet side is sync gRPC)."""
     from draplugin.publisher import start_publisher
 
-    return start_publisher(settings, metrics_addr=metrics_addr)
+    return start_publisher(settings, metrics_addr=metrics_addr, on_fatal=on_fatal)
 
 
 @cli.command("checkpoint")

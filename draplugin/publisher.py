@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,20 +58,22 @@ class Publisher:
             for device in entry.devices
         }
         self.runtime.set_claims(holders)
-        self.thread.submit(self.runtime.refresh())
+        self.thread.submit(self.runtime.supervise(self.runtime.refresh()))
 
     def rescan(self) -> None:
         """Re-read sysfs now, as a uevent would make it (SIGHUP)."""
         log.info("re-reading sysfs on request")
-        self.thread.submit(self.runtime.rescan())
+        self.thread.submit(self.runtime.supervise(self.runtime.rescan()))
 
     def stop(self) -> None:
         self.metrics_server.shutdown()
         self.thread.stop()
 
 
-def start_publisher(settings: Settings, *, metrics_addr: str) -> Publisher:
-    """Start the publisher for this node and serve its metrics on `metrics_addr`."""
+def start_publisher(settings: Settings, *, metrics_addr: str,
+                    on_fatal: Callable[[BaseException], None] | None = None) -> Publisher:
+    """Start the publisher for this node and serve its metrics and liveness on `metrics_addr`.
+    `on_fatal` hears what ended the publisher by itself."""
     namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
     config = NodeConfig(
         node=settings.node_name,
@@ -81,14 +84,17 @@ def start_publisher(settings: Settings, *, metrics_addr: str) -> Publisher:
         pod=(namespace, pod) if namespace and pod else None,
         aliases=settings.aliases,
         hotplug_resync=settings.hotplug_resync_s,
+        slice_resync=settings.slice_resync_s,
+        liveness_timeout=settings.liveness_timeout_s,
     )
     kube = settings.kube
     thread = NodeThread(
         lambda: NodeRuntime(
             async_client(api_server=kube.api_server, kubeconfig=kube.kubeconfig), config
-        )
+        ),
+        on_fatal=on_fatal,
     )
     runtime = thread.start()
-    server = runtime.metrics.serve(metrics_addr)
+    server = runtime.metrics.serve(metrics_addr, health=runtime.liveness)
     log.info("node publisher running for %s", settings.node_name)
     return Publisher(thread=thread, runtime=runtime, metrics_server=server)

@@ -46,6 +46,9 @@ class Settings:
     restart_timeout_s: float
     kube: KubeAccess
     hotplug_resync_s: float = 30.0
+    slice_resync_s: float = 5.0
+    liveness_timeout_s: float = 60.0
+    """/healthz fails once the publisher's loop has not completed a pass for this long."""
     shell: str = "layout-shell.so"
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"

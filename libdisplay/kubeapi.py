@@ -17,26 +17,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from libdisplay.kubeerrors import ApiCallError, status_error, transport_error
+
 if TYPE_CHECKING:
     import ssl
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
-class KubeApiError(Exception):
-    """Base of this module's errors."""
+class KubeApiError(ApiCallError):
+    """Base of this module's errors: `libdisplay.kubeerrors`' one type for failed calls."""
 
 
 class ApiUnreachableError(KubeApiError):
-    """No connection, a timeout, or no configuration to find the API server."""
+    """No answer (connection, timeout, TLS), or no configuration to find the API server."""
 
 
 class ApiStatusError(KubeApiError):
     """The API server answered with an error status (not 404, which is "no such object")."""
 
-    def __init__(self, path: str, code: int, message: str) -> None:
-        super().__init__(f"GET {path}: {code} {message}")
-        self.code = code
+
+def _no_config(detail: str) -> ApiUnreachableError:
+    return ApiUnreachableError("find the API server", detail, reason="NoConfig", retryable=False)
+
+
+def _unreachable(operation: str, err: BaseException) -> ApiUnreachableError:
+    found = transport_error(operation, err)
+    return ApiUnreachableError(operation, found.detail, reason=found.reason,
+                               retryable=found.retryable)
+
+
+def _status(operation: str, code: int, body: bytes, reason: str,
+            headers: dict[str, str]) -> ApiStatusError:
+    found = status_error(operation, code, body, reason=reason, headers=headers)
+    return ApiStatusError(operation, found.detail, code=code, reason=found.reason,
+                          retryable=found.retryable, retry_after=found.retry_after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +73,7 @@ def from_kubeconfig(path: Path, *, context: str | None = None) -> Endpoint:
         creds = kubeconfig.load(path, context=context)
         tls = creds.tls()
     except kubeconfig.KubeconfigError as err:
-        raise ApiUnreachableError(str(err)) from err
+        raise _no_config(str(err)) from err
     return Endpoint(server=creds.server, token=creds.token, tls=tls)
 
 
@@ -67,13 +82,11 @@ def in_cluster(*, account_dir: Path = SERVICE_ACCOUNT) -> Endpoint:
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     if not host:
-        raise ApiUnreachableError(
-            "not in a cluster: KUBERNETES_SERVICE_HOST is unset (give --api-server)"
-        )
+        raise _no_config("not in a cluster: KUBERNETES_SERVICE_HOST is unset (give --api-server)")
     try:
         token = (account_dir / "token").read_text().strip()
     except OSError as err:
-        raise ApiUnreachableError(f"cannot read the service-account token: {err}") from err
+        raise _no_config(f"cannot read the service-account token: {err}") from err
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return Endpoint(server=f"https://{netloc}", token=token, ca_file=account_dir / "ca.crt")
 
@@ -82,7 +95,7 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
     """GET `path` (e.g. `/apis/g/v/plural/name`); the object, or None on 404."""
     url = urllib.parse.urlsplit(endpoint.server)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ApiUnreachableError(f"API server {endpoint.server!r} is not an http(s) URL")
+        raise _no_config(f"API server {endpoint.server!r} is not an http(s) URL")
     conn: http.client.HTTPConnection
     if url.scheme == "https":
         import ssl  # only in-cluster reads need TLS, and its import costs declare's start-up
@@ -101,19 +114,23 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
         response = conn.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as err:
-        raise ApiUnreachableError(f"GET {path} from {endpoint.server}: {err}") from err
+        raise _unreachable(f"GET {path} from {endpoint.server}", err) from err
     finally:
         conn.close()
     if response.status == 404:
         return None
+    operation = f"GET {path}"
     if response.status != 200:
-        raise ApiStatusError(path, response.status, status_message(body, response.reason))
+        raise _status(operation, response.status, body, response.reason, dict(response.headers))
     try:
         data = json.loads(body)
     except ValueError as err:
-        raise ApiStatusError(path, response.status, f"body is not JSON: {err}") from err
+        # A 200 that is not JSON is a proxy's page, not the apiserver: worth another try.
+        raise ApiStatusError(operation, f"body is not JSON: {err}", code=response.status,
+                             retryable=True) from err
     if not isinstance(data, dict):
-        raise ApiStatusError(path, response.status, "body is not a JSON object")
+        raise ApiStatusError(operation, "body is not a JSON object", code=response.status,
+                             retryable=True)
     return data
 
 

@@ -24,6 +24,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import GenericGlobalResource, create_global_resource
 from lightkube.types import PatchType
 
+from draplugin.apierrors import from_lightkube
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
@@ -192,11 +193,13 @@ class Displays:
     """Creates this node's missing Displays and writes their status when it changed."""
 
     def __init__(self, client: AsyncClient, *, node: str, backoff: Backoff = DEFAULT_BACKOFF,
-                 on_error: Callable[[int], None] | None = None) -> None:
+                 on_error: Callable[[int], None] | None = None,
+                 on_retry: Callable[[str], None] | None = None) -> None:
         self._client = client
         self._node = node
         self._backoff = backoff
         self._on_error = on_error
+        self._on_retry = on_retry or (lambda _operation: None)
         self.api_errors = 0
 
     async def reconcile(
@@ -228,6 +231,9 @@ class Displays:
             return await with_retries(
                 lambda: self._reconcile(name, card, connector, observed),
                 what=f"Display {name}", backoff=self._backoff, on_error=self._count_error,
+                on_retry=lambda: self._on_retry("display-reconcile"),
+                # A Display deleted between our read and write is re-created by a fresh pass.
+                also_retry=(404,),
             )
         except RetryError as err:
             raise DisplayWriteError(str(err)) from err
@@ -245,10 +251,13 @@ class Displays:
                     found = _as_dict(obj)
                     if op == "DELETED" or _spec_unobserved(found):
                         on_stale(str((found.get("metadata") or {}).get("name")))
-            # lightkube lets httpx's transport errors through unwrapped; whatever ended the
-            # watch, the next hotplug or resync reconciles too.
             except Exception as err:
-                log.info("watch of this node's Displays ended: %s", err)
+                failure = from_lightkube(err, "watch this node's Displays")
+                if failure is None or not failure.retryable:
+                    raise
+                # The next hotplug or resync reconciles until the watch is back.
+                log.info("%s; watching again in %gs", failure, retry_after)
+                self._on_retry("display-watch")
             await asyncio.sleep(retry_after)
 
     def _count_error(self, code: int) -> None:

@@ -9,11 +9,12 @@ unordered exits restart the container) and are set, not incremented, from that s
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,8 +22,9 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDR = ":9200"
 WESTON_CONTAINER = "weston"
 RestartReason = Literal["ordered", "crash"]
+HEALTH_PATH = "/healthz"
+Health = Callable[[], tuple[bool, str]]
+"""(alive, why): the liveness verdict `/healthz` answers."""
 PREPARE_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -106,6 +111,9 @@ class Metrics:
         self.api_errors = Counter(
             "display_api_errors", "Failed apiserver calls, by resource and HTTP status.",
             ["resource", "code"], registry=r)
+        self.api_retries = Counter(
+            "display_api_retries", "API calls retried after a retryable failure, by operation.",
+            ["operation"], registry=r)
         self.hotplug_events = Counter(
             "display_hotplug_events", "drm uevents received.", registry=r)
         self.ddc_operations = Counter(
@@ -131,15 +139,56 @@ class Metrics:
 
         return count
 
+    def api_retry(self, operation: str) -> None:
+        self.api_retries.labels(operation=operation).inc()
+
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
 
-    def serve(self, addr: str = DEFAULT_ADDR) -> WSGIServer:
-        """Serve /metrics on `addr` from a daemon thread; `.shutdown()` the result to stop."""
+    def serve(self, addr: str = DEFAULT_ADDR, *, health: Health | None = None) -> WSGIServer:
+        """Serve /metrics and /healthz (200 while `health` says alive, else 503; 200 without
+        one) on `addr` from a daemon thread; every other path is 404. `.shutdown()` the result
+        to stop."""
         where = parse_addr(addr)
-        server, _thread = start_http_server(where.port, where.host, registry=self.registry)
+        app = _app(make_wsgi_app(self.registry), health or (lambda: (True, "no check")))
+        server = make_server(where.host, where.port, app, _server_class(where.host),
+                             handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         log.info("metrics on %s:%d", where.host, where.port)
         return server
+
+
+def _server_class(host: str) -> type[WSGIServer]:
+    if ":" not in host:
+        return ThreadingWSGIServer
+
+    class Server6(ThreadingWSGIServer):
+        address_family = socket.AF_INET6
+
+    return Server6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)
+
+
+def _app(metrics_app: Any, health: Health) -> Any:
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO") or "/"
+        if path in ("/metrics", "/"):
+            return metrics_app(environ, start_response)
+        if path == HEALTH_PATH:
+            alive, why = health()
+            status = "200 OK" if alive else "503 Service Unavailable"
+            body = f"{'ok' if alive else 'failing'}: {why}\n".encode()
+        else:
+            status, body = "404 Not Found", b"not found: /metrics and /healthz are served\n"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 def weston_restart_count(pod: Mapping[str, Any], *, container: str = WESTON_CONTAINER) -> int:

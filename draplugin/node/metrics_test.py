@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 
 import pytest
@@ -21,6 +22,7 @@ def _filled() -> metrics.Metrics:
     m.slice_publishes.inc()
     m.api_error("resourceslices")(429)
     m.hotplug_events.inc(3)
+    m.api_retry("resourceslice-sync")
     m.ddc_operations.labels(operation="set_vcp").inc()
     m.ddc_errors.labels(operation="capabilities").inc()
     m.restart_ordered()
@@ -88,6 +90,29 @@ def test_serves_over_http() -> None:
         port = server.server_address[1]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
             assert b"display_connected_outputs 2.0" in reply.read()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_healthz_answers_the_verdict_and_other_paths_are_404() -> None:
+    verdict = (True, "publisher passed 0.1 s ago")
+    server = _filled().serve("127.0.0.1:0", health=lambda: verdict)
+    try:
+        port = server.server_address[1]
+        assert _get(port, "/healthz") == (200, b"ok: publisher passed 0.1 s ago\n")
+        verdict = (False, "no publisher pass for 40 s")
+        assert _get(port, "/healthz") == (503, b"failing: no publisher pass for 40 s\n")
+        assert _get(port, "/anything")[0] == 404
+        assert b"display_api_retries" in _get(port, "/metrics")[1]
     finally:
         server.shutdown()
         server.server_close()

@@ -1,27 +1,40 @@
-"""Retrying API writes that the apiserver refused for now: 409 Conflict and 429 Too Many Requests.
+"""The publisher's one error policy for API calls: retry what may pass later, refuse the rest.
 
-A 409 means the object moved under us (or already exists), so the call is made again from a
-fresh read; a 429 carries `Retry-After`, honoured up to the backoff's cap.
+Every failure is mapped to `ApiCallError` (`draplugin.apierrors`). A retryable one (5xx, 429,
+409, no connection, a timeout) is counted and the call made again from a fresh read, after a
+doubling delay that honours `Retry-After` up to the cap. A failure that is not retryable
+(403, 404, 422, an untrusted certificate) ends at once in a RetryError whose `retryable` is
+False: the caller lets it end the publisher, and the supervisor ends the process. A
+retryable failure that outlasts the attempts ends in a RetryError with `retryable` True: the
+caller's loop tries again at its next pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
-from lightkube.core.exceptions import ApiError
+from draplugin.apierrors import from_lightkube
+from libdisplay.kubeerrors import ApiCallError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-RETRY_CODES = frozenset({409, 429})
+BACKOFF_CAP_ENV = "API_BACKOFF_CAP"
+"""Seconds; shortens the cap (and the first delay with it) for tests of API outages."""
 
 
 class RetryError(Exception):
-    """A write failed for good, or kept failing; the message names what and the last status."""
+    """A call failed for good, or kept failing; the message names what and the last error.
+    `retryable` says whether a later attempt may still succeed (the outage may pass)."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +49,21 @@ class Backoff:
         return float(min(self.cap, self.first * 2**attempt))
 
 
-DEFAULT_BACKOFF = Backoff()
+def backoff_from_env() -> Backoff:
+    """The default backoff, its cap taken from API_BACKOFF_CAP when set."""
+    text = os.environ.get(BACKOFF_CAP_ENV)
+    if not text:
+        return Backoff()
+    try:
+        cap = float(text)
+    except ValueError as err:
+        raise ValueError(f"{BACKOFF_CAP_ENV}={text!r} is not a number of seconds") from err
+    if cap <= 0:
+        raise ValueError(f"{BACKOFF_CAP_ENV}={text!r} must be above 0")
+    return Backoff(first=min(0.05, cap), cap=cap)
+
+
+DEFAULT_BACKOFF = backoff_from_env()
 
 
 async def with_retries(
@@ -45,27 +72,42 @@ async def with_retries(
     what: str,
     backoff: Backoff = DEFAULT_BACKOFF,
     on_error: Callable[[int], None] | None = None,
+    on_retry: Callable[[], None] | None = None,
+    also_retry: Collection[int] = (),
 ) -> T:
-    """`await call()`, again after a 409/429; RetryError on any other error or the last try.
-    `on_error` hears the status code of every failed call (for metrics)."""
+    """`await call()`, again after a retryable failure (or one of `also_retry`'s codes, which
+    the caller knows a fresh read settles); RetryError otherwise or after the last try.
+    `on_error` hears the status code (0 without an answer) of every failure, `on_retry` is
+    called before each retry (for metrics). An error that is not the API's propagates."""
     for attempt in range(backoff.attempts):
         try:
             return await call()
-        except ApiError as err:
-            code = err.status.code or 0
-            if on_error is not None:
-                on_error(code)
-            if code not in RETRY_CODES or attempt == backoff.attempts - 1:
-                raise RetryError(f"{what}: {code} {err.status.message}") from err
-            delay = min(backoff.cap, max(backoff.delay(attempt), _retry_after(err)))
-            log.info("%s: %s, retrying in %.2fs", what, code, delay)
-            await asyncio.sleep(delay)
-    raise RetryError(f"{what}: no attempt made (backoff allows {backoff.attempts})")
+        except Exception as err:
+            failure = from_lightkube(err, what)
+            if failure is None:
+                raise
+        if on_error is not None:
+            on_error(failure.code or 0)
+        retryable = failure.retryable or failure.code in also_retry
+        if not retryable:
+            raise RetryError(str(failure), retryable=False) from failure
+        if attempt == backoff.attempts - 1:
+            raise RetryError(f"{failure} (after {backoff.attempts} tries)",
+                             retryable=True) from failure
+        delay = min(backoff.cap, max(backoff.delay(attempt), failure.retry_after))
+        log.info("%s; retrying in %.2fs", failure, delay)
+        if on_retry is not None:
+            on_retry()
+        await asyncio.sleep(delay)
+    raise RetryError(f"{what}: no attempt made (backoff allows {backoff.attempts})",
+                     retryable=False)
 
 
-def _retry_after(err: ApiError) -> float:
-    header = err.response.headers.get("Retry-After") if err.response is not None else None
-    try:
-        return float(header) if header else 0.0
-    except ValueError:
-        return 0.0
+def fatal(err: BaseException) -> bool:
+    """Whether `err`, caught in a loop, must end the publisher rather than wait a pass."""
+    if isinstance(err, RetryError):
+        return not err.retryable
+    if isinstance(err, ApiCallError):
+        return not err.retryable
+    cause = err.__cause__
+    return isinstance(cause, RetryError | ApiCallError) and fatal(cause)

@@ -14,6 +14,7 @@ import concurrent.futures
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,12 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
+from draplugin.apierrors import from_lightkube
 from draplugin.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, slices, watchdog
+from draplugin.node.retry import fatal
 from libdisplay import drm, wayland
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ class NodeConfig:
     ddc_timeout: float = 10.0
     watchdog_interval: float = 1.0
     probe_timeout: float = 1.0
+    liveness_timeout: float = 60.0
+    """Seconds without a completed pass of the slice loop after which liveness fails."""
 
 
 @dataclass(slots=True)
@@ -83,9 +87,14 @@ class NodeRuntime:
         self.publisher = slices.Publisher(
             client, node=config.node, resync=config.slice_resync,
             on_publish=self.metrics.slice_publishes.inc,
-            on_error=self.metrics.api_error("resourceslices"))
+            on_error=self.metrics.api_error("resourceslices"),
+            on_retry=self.metrics.api_retry, on_pass=self._passed)
         self.displays = displays.Displays(client, node=config.node,
-                                          on_error=self.metrics.api_error("displays"))
+                                          on_error=self.metrics.api_error("displays"),
+                                          on_retry=self.metrics.api_retry)
+        # Start-up counts as a pass: liveness gives the first one the same time as any.
+        self._last_pass = time.monotonic()
+        self._failure: asyncio.Future[None] | None = None
         self.watchdog = watchdog.Watchdog(
             config.weston_socket, listeners=[self._on_availability], pid_file=config.pid_file,
             interval=config.watchdog_interval, timeout=config.probe_timeout,
@@ -104,6 +113,31 @@ class NodeRuntime:
     @property
     def compositor_available(self) -> bool:
         return self.watchdog.available
+
+    def liveness(self) -> tuple[bool, str]:
+        """Alive while the slice loop completed a pass within `liveness_timeout` (any thread)."""
+        age = time.monotonic() - self._last_pass
+        limit = self.config.liveness_timeout
+        if age > limit:
+            return False, f"the publisher's loop has not completed a pass for {age:.1f} s " \
+                          f"(limit {limit:g} s)"
+        return True, f"the publisher's loop completed a pass {age:.1f} s ago"
+
+    def _passed(self) -> None:
+        self._last_pass = time.monotonic()
+
+    async def supervise(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` (submitted from another thread); its failure ends the runtime, as any
+        task's does, instead of waiting unread in a future."""
+        try:
+            await work
+        except Exception as err:
+            self._fail(err)
+            raise
+
+    def _fail(self, err: BaseException) -> None:
+        if self._failure is not None and not self._failure.done():
+            self._failure.set_exception(err)
 
     def ddc_hook(self) -> ddcmap.ClaimDdc:
         """Part 1's DdcHook, sharing this runtime's buses and bus map."""
@@ -146,6 +180,7 @@ class NodeRuntime:
     async def run(self) -> None:
         """Until cancelled. Uses the real netlink source unless one was given."""
         self._loop = asyncio.get_running_loop()
+        self._failure = self._loop.create_future()
         source = self._source or hotplug.UdevEvents()
         scan = functools.partial(drm.enumerate_cards, sysfs_root=self.config.sysfs_root,
                                  dev_root=self.config.dev_root)
@@ -164,9 +199,15 @@ class NodeRuntime:
                 group.create_task(self.displays.watch(lambda _name: self._displays_due.set()))
                 if self.config.pod is not None:
                     group.create_task(self._poll_restarts(*self.config.pod))
+                # A background task's or a submitted call's failure ends the group.
+                group.create_task(self._until_failure())
         finally:
             for task in self._background:
                 task.cancel()
+
+    async def _until_failure(self) -> None:
+        assert self._failure is not None
+        await self._failure
 
     async def _on_hotplug(self, cards: tuple[drm.Card, ...], changes: hotplug.Changes) -> None:
         for device in (*changes.removed, *changes.swapped):
@@ -183,6 +224,8 @@ class NodeRuntime:
         try:
             await self.publisher.sync()
         except slices.SliceError as err:
+            if fatal(err):
+                raise
             log.error("%s (the publisher retries at its next resync)", err)
         # Displays follow on their own task: a burst of plugs must not queue behind them.
         self._displays_due.set()
@@ -201,6 +244,8 @@ class NodeRuntime:
         try:
             await self.displays.reconcile(cards, observed=observed)
         except displays.DisplaysError as err:
+            if fatal(err):
+                raise
             log.error("%s (retried at the next hotplug or resync)", err)
 
     async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
@@ -223,7 +268,12 @@ class NodeRuntime:
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (err := task.exception()) is not None:
+            self._fail(err)
 
     def _probe_ddc_later(self, cards: tuple[drm.Card, ...]) -> None:
         self._later(self._probe_ddc(cards))
@@ -254,9 +304,13 @@ class NodeRuntime:
             try:
                 found = await self._client.get(Pod, name=pod, namespace=namespace)
                 self.metrics.set_crash_restarts(metrics.weston_restart_count(found.to_dict()))
-            except ApiError as err:
-                log.warning("cannot read pod %s/%s for the restart count: %s",
-                            namespace, pod, err.status.message)
+            except Exception as err:
+                failure = from_lightkube(err, f"GET Pod {namespace}/{pod}")
+                # 404: a pod being created or renamed; it is read again at the next poll.
+                if failure is None or not (failure.retryable or failure.code == 404):
+                    raise
+                log.warning("cannot read the restart count: %s", failure)
+                self.metrics.api_retry("pod-read")
             await asyncio.sleep(self.config.restart_poll)
 
 
@@ -285,8 +339,11 @@ class NodeThread:
     the runtime are called on that thread; `submit()` runs a coroutine there from any thread.
     """
 
-    def __init__(self, make: Callable[[], NodeRuntime]) -> None:
+    def __init__(self, make: Callable[[], NodeRuntime], *,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         self._make = make
+        # Hears what ended the runtime by itself (on this thread): the operator exits on it.
+        self._on_fatal = on_fatal
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -336,10 +393,13 @@ class NodeThread:
         self._ready.set()
         try:
             await self._runtime.run()
+            raise NodeThreadError("the node publisher's tasks ended by themselves")
         except asyncio.CancelledError:
             log.info("node publisher stopped")
         except Exception as err:
             log.exception("node publisher failed")
             self._error = err
+            if self._on_fatal is not None:
+                self._on_fatal(err)
         finally:
             await self._runtime.close()

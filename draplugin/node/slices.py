@@ -28,7 +28,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
+from draplugin.apierrors import from_lightkube
+from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, fatal, with_retries
 from libdisplay.drm import Card, Connector
 from libdisplay.outputs import read_monitor
 
@@ -227,6 +228,8 @@ class Publisher:
         backoff: Backoff = DEFAULT_BACKOFF,
         on_publish: Callable[[], None] | None = None,
         on_error: Callable[[int], None] | None = None,
+        on_retry: Callable[[str], None] | None = None,
+        on_pass: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
         self._node = node
@@ -241,6 +244,9 @@ class Publisher:
         self._lock = asyncio.Lock()
         self._on_publish = on_publish
         self._on_error = on_error
+        # Hears the operation of every retried call, and every completed pass of the loop.
+        self._on_retry = on_retry or (lambda _operation: None)
+        self._on_pass = on_pass or (lambda: None)
         self.publishes = 0
         self.api_errors = 0
 
@@ -282,10 +288,13 @@ class Publisher:
                 ):
                     if op in ("DELETED", "MODIFIED"):
                         self._wake.set()
-            # lightkube lets httpx's transport errors through unwrapped (and httpx is not ours to
-            # import); whatever ended the watch, the periodic resync covers the gap.
             except Exception as err:
-                log.info("watch of ResourceSlice %s ended: %s", self.name, err)
+                failure = from_lightkube(err, f"watch ResourceSlice {self.name}")
+                if failure is None or not failure.retryable:
+                    raise
+                # The periodic resync covers the gap until the watch is back.
+                log.info("%s; watching again in %gs", failure, self._resync)
+                self._on_retry("resourceslice-watch")
             await asyncio.sleep(self._resync)
 
     async def _loop(self) -> None:
@@ -294,7 +303,10 @@ class Publisher:
             try:
                 await self.sync()
             except SliceError as err:
-                log.error("%s", err)
+                if fatal(err):
+                    raise
+                log.error("%s (tried again in %gs)", err, self._resync)
+            self._on_pass()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._resync)
 
@@ -302,8 +314,10 @@ class Publisher:
         """Make the stored slice match; create it when missing. Retries 409/429 with backoff."""
         async with self._lock:
             try:
-                return await with_retries(self._sync_once, what=f"ResourceSlice {self.name}",
-                                          backoff=self._backoff, on_error=self._count_error)
+                return await with_retries(
+                    self._sync_once, what=f"ResourceSlice {self.name}", backoff=self._backoff,
+                    on_error=self._count_error,
+                    on_retry=lambda: self._on_retry("resourceslice-sync"))
             except RetryError as err:
                 raise PublishError(str(err)) from err
 
