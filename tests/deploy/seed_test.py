@@ -276,10 +276,11 @@ def test_metrics_port_9200_is_stated_in_the_base() -> None:
 
 
 def test_operator_liveness_probe_is_healthz_on_the_metrics_port() -> None:
-    assert container("operator")["livenessProbe"]["httpGet"] == {
-        "path": "/healthz",
-        "port": "metrics",
-    }
+    probe = container("operator")["livenessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # A stuck publisher fails /healthz after 60 s; the kubelet acts within 30 s more.
+    assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (
+        10, 5, 3)
 
 
 @pytest.mark.parametrize("name", ["operator", "capture"])
