@@ -19,9 +19,10 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
         for verb in ("create", "get", "watch", "update")
     },
     ("resource.k8s.io", "resourceclaims", "get", "cluster"): "operator",
+    ("display.liken.sh", "displays", "get", "cluster"): "declare, operator",
     **{
-        ("display.liken.sh", "displays", verb, "cluster"): "declare, operator"
-        for verb in ("get", "create", "patch")
+        ("display.liken.sh", "displays", verb, "cluster"): "operator"
+        for verb in ("create", "patch", "watch")
     },
     ("display.liken.sh", "displays/status", "patch", "cluster"): "operator",
     ("", "nodes", "get", "cluster"): "operator",

@@ -253,6 +253,16 @@ def test_operator_image_holds_no_shell() -> None:
     assert removed >= SHELLS
 
 
+def test_declare_gets_the_node_name_it_reads_displays_by() -> None:
+    from declare.main import declare_cmd
+
+    envvar = next(p.envvar for p in declare_cmd.params if p.name == "node_name")
+    assert envvar == "NODE_NAME"
+    assert env(container("declare"))[envvar]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "spec.nodeName"}
+    }
+
+
 def test_slice_names_its_node_from_the_downward_api() -> None:
     assert env(container("operator"))["NODE_NAME"]["valueFrom"] == {
         "fieldRef": {"fieldPath": "spec.nodeName"}
