@@ -7,8 +7,8 @@ words, strings and arrays padded to 4 bytes) and knows only what the operator ne
 
 `probe` classifies a socket as answering, hung, dead or absent and never blocks past its
 deadline: the socket is non-blocking and every wait is a `poll` bounded by the deadline.
-`list_outputs` describes each output (weston 10 sends `wl_output` v3, so the output's name
-comes from `xdg_output`; a v4 `wl_output.name` wins when a compositor sends one).
+`list_outputs` describes each output: a v4 `wl_output.name` (weston 14 sends one) wins, and a
+compositor that binds `wl_output` at v3 names its outputs through `xdg_output` only.
 """
 
 from __future__ import annotations

@@ -382,7 +382,7 @@ def test_check_output_mode_refuses_what_is_not_offered() -> None:
     assert "1280x720@60" in str(caught.value)
 
 
-# --- the real weston 10 -----------------------------------------------------------------------
+# --- the real weston 14 -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
