@@ -166,9 +166,10 @@ def test_flood_stays_inside_the_memory_limit_and_a_still_is_served(srv: Server) 
         stack.callback(_close_all, opened)
         for index in range(2500):
             opened.append(_tcp(srv.port, FLOOD_SOURCES[index % len(FLOOD_SOURCES)]))
-        held_after_tcp = _held(srv)
+        held_after_tcp, rss_after_tcp = _held(srv), testing.tree_rss_mib(srv.process.pid)
         idle = [_tls(srv.port, FLOOD_SOURCES[i % len(FLOOD_SOURCES)]) for i in range(1500)]
         opened.extend(sock for sock in idle if sock is not None)
+        rss_after_idle = testing.tree_rss_mib(srv.process.pid)
         slow = [_tls(srv.port, FLOOD_SOURCES[i % len(FLOOD_SOURCES)]) for i in range(300)]
         slowloris = [sock for sock in slow if sock is not None]
         opened.extend(slowloris)
@@ -184,9 +185,10 @@ def test_flood_stays_inside_the_memory_limit_and_a_still_is_served(srv: Server) 
         peak = sampler.peak
         refused = _metric(srv, "display_capture_connections_refused_total")
     after = testing.tree_rss_mib(srv.process.pid)
-    print(f"flood: server RSS {before:.0f} MiB before, peak {peak:.0f} MiB, {after:.0f} MiB "
-          f"after; connections held {held_after_tcp} after 2,500 silent TCP, {held_in_flood} "
-          f"after 1,500 idle TLS and 300 slowloris (TLS completed: "
+    print(f"flood: server RSS {before:.0f} MiB before, {rss_after_tcp:.0f} MiB after the "
+          f"silent TCP, {rss_after_idle:.0f} MiB after the idle TLS, peak {peak:.0f} MiB, "
+          f"{after:.0f} MiB after; connections held {held_after_tcp} after 2,500 silent TCP, "
+          f"{held_in_flood} after 1,500 idle TLS and 300 slowloris (TLS completed: "
           f"{sum(s is not None for s in idle)} idle, {len(slowloris)} slowloris); "
           f"slowloris still open after {dribbled_until:.1f} s of dribbling: "
           f"{slow_open}; closed by reason {refused}")
@@ -212,7 +214,7 @@ def _dribble(socks: list[ssl.SSLSocket], *, seconds: float) -> float:
 
 
 def _still_open(sock: ssl.SSLSocket) -> bool:
-    """Whether the server has not closed `sock` (no EOF or reset waiting to be read)."""
+    """Whether the server has not closed `sock` (no EOF or reset to read)."""
     sock.setblocking(False)
     try:
         return sock.recv(1) != b""
@@ -255,6 +257,27 @@ def test_a_silent_connection_is_closed_before_any_tls(srv: Server) -> None:
         assert time.monotonic() - started < 5.0 + 2.0
     finally:
         sock.close()
+
+
+def test_a_request_dribbled_byte_by_byte_is_cut_at_the_idle_timeout(srv: Server) -> None:
+    """No flood, so nothing is evicted: the timeout alone ends a slowloris."""
+    socks = [_tls(srv.port, "127.0.0.61") for _ in range(5)]
+    slow = [sock for sock in socks if sock is not None]
+    assert len(slow) == 5
+    for sock in slow:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    try:
+        while any(_still_open(sock) for sock in slow):
+            assert time.monotonic() - started < IDLE_TIMEOUT_S + 3.0, "a slowloris outlived it"
+            for sock in slow:
+                with contextlib.suppress(OSError):
+                    sock.setblocking(True)
+                    sock.sendall(b"X")
+            time.sleep(0.5)
+        assert time.monotonic() - started >= IDLE_TIMEOUT_S - 1.0
+    finally:
+        _close_all(list(slow))
 
 
 # ---------- authentication ----------

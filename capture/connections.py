@@ -51,6 +51,8 @@ class _Held:
 
     source: str
     since: float
+    # Set while it waits for its first bytes; TLS owns the socket after that.
+    conn: socket.socket | None = None
     task: asyncio.Task[None] | None = None
     transport: asyncio.Transport | None = None
     requests: int = 0
@@ -89,10 +91,7 @@ class Connections:
         if victim is None:
             return False
         self.metrics.connections_refused.labels(reason="evicted").inc()
-        if victim.transport is not None:
-            victim.transport.abort()
-        elif victim.task is not None:
-            victim.task.cancel()
+        _drop(victim)
         self.release(victim)
         return True
 
@@ -127,11 +126,22 @@ class Connections:
 
     def close_all(self) -> None:
         for held in list(self._held):
-            if held.transport is not None:
-                held.transport.abort()
-            elif held.task is not None:
-                held.task.cancel()
+            _drop(held)
             self.release(held)
+
+
+def _drop(held: _Held) -> None:
+    """Ends a held connection. One still waiting for its first bytes is closed now, not when
+    its task next runs: a flood of accepts must not outrun the closing of what it evicts."""
+    if held.transport is not None:
+        held.transport.abort()
+        return
+    if held.task is not None:
+        held.task.cancel()
+    if held.conn is not None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(held.conn)
+        held.conn.close()
 
 
 class _Tracked(asyncio.Protocol):
@@ -176,7 +186,8 @@ async def _readable(sock: socket.socket) -> None:
     try:
         await ready
     finally:
-        loop.remove_reader(sock.fileno())
+        if sock.fileno() != -1:  # closed by an eviction, which removed the reader first
+            loop.remove_reader(sock.fileno())
 
 
 class Listener:
@@ -206,9 +217,13 @@ class Listener:
                 held = self._connections.admit(str(address[0]))
                 if held is None:
                     conn.close()
-                    continue
-                held.task = asyncio.create_task(self._start(conn, held))
-                held.task.add_done_callback(functools.partial(self._ended, conn, held))
+                else:
+                    held.conn = conn
+                    held.task = asyncio.create_task(self._start(conn, held))
+                    held.task.add_done_callback(functools.partial(self._ended, conn, held))
+                # An accept that is ready completes without yielding: let evictions' closes
+                # and handshakes run between accepts.
+                await asyncio.sleep(0)
         finally:
             self._connections.close_all()
             self._sock.close()
@@ -222,6 +237,7 @@ class Listener:
         except TimeoutError:
             metrics.connections_refused.labels(reason="silent").inc()
             return
+        held.conn = None
         try:
             transport, _protocol = await loop.connect_accepted_socket(
                 lambda: _Tracked(self._factory(), lambda: self._connections.release(held)),
