@@ -76,6 +76,17 @@ class DisplayConfig:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class DdcPlan:
+    """A device's DDC/CI settings, checked and ready to apply: its connector (for messages),
+    the i2c bus it answers on, and the settings."""
+
+    device: str
+    connector: str
+    bus: int
+    config: DisplayConfig
+
+
 def decode(parameters: object, *, source: str) -> DisplayConfig:
     """One opaque config's `parameters`; `source` names it in errors (e.g. `class config 1`)."""
     if not isinstance(parameters, Mapping):
@@ -103,8 +114,29 @@ def decode(parameters: object, *, source: str) -> DisplayConfig:
 
 
 def from_json(data: Mapping[str, object]) -> DisplayConfig:
-    """Read back what `to_json` wrote (the checkpoint's and mode records' form)."""
+    """Read back what `to_json` wrote (the checkpoint's and mode records' form), strictly."""
     return decode({"apiVersion": API_VERSION, "kind": KIND, **data}, source="stored config")
+
+
+def from_stored(data: object, *, source: str) -> tuple[DisplayConfig, tuple[str, ...]]:
+    """What `to_json` wrote, read leniently: a field that no longer decodes (validation
+    tightened since it was stored) or is unknown is left out, not fatal. Returns the config
+    and one message per field left out, naming `source`, the field and why."""
+    if not isinstance(data, Mapping):
+        return DisplayConfig(), (f"{source}: not an object: {data!r:.60}",)
+    kept: dict[str, object] = {}
+    dropped: list[str] = []
+    for name, value in data.items():
+        if name not in _FIELDS or name in ("apiVersion", "kind"):
+            dropped.append(f"{source}: unknown field {name!r}")
+            continue
+        try:
+            decode({"apiVersion": API_VERSION, "kind": KIND, name: value}, source=source)
+        except ClaimConfigError as err:
+            dropped.append(str(err))
+            continue
+        kept[str(name)] = value
+    return from_json(kept), tuple(dropped)
 
 
 def _mode_text(mode: Mode) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from draplugin.claimconfig import DisplayConfig, from_json
+from draplugin.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import display, drm, fsutil
@@ -34,12 +34,18 @@ from libdisplay.weston import order_restart
 log = logging.getLogger(__name__)
 
 OUTPUT_FIELDS: Final = ("mode", "transform", "scale")
+RECORD_VERSION: Final = 1
+"""A record without `version` is of version 0, the same fields before versioning."""
 _POLL_S: Final = 0.02
 _PROBE_TIMEOUT_S: Final = 0.5
 
 
 class ModesError(Exception):
     """Base of this module's errors."""
+
+
+class ModeRecordError(ModesError):
+    """A mode record that cannot be read; the message names the claim, the file and why."""
 
 
 class CompositorTimeoutError(ModesError):
@@ -58,6 +64,7 @@ class ModeRecord:
 
     def to_json(self) -> str:
         data = {
+            "version": RECORD_VERSION,
             "claimUID": self.claim_uid,
             "outputs": {d: c.to_json() for d, c in sorted(self.outputs.items())},
             "previous": {d: None if p is None else dict(p) for d, p in self.previous.items()},
@@ -75,11 +82,19 @@ def write_record(records_dir: Path, record: ModeRecord) -> None:
 
 
 def read_record(records_dir: Path, claim_uid: str) -> ModeRecord | None:
+    """The claim's record, or None without one; ModeRecordError when it cannot be read."""
+    path = record_path(records_dir, claim_uid)
     try:
-        text = record_path(records_dir, claim_uid).read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    return _parse_record(text)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ModeRecordError(f"mode record of claim {claim_uid} ({path}): {err}") from err
+    try:
+        return _parse_record(text, source=f"mode record of claim {claim_uid}")
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise ModeRecordError(
+            f"mode record of claim {claim_uid} ({path}) is not valid: {err}") from err
 
 
 def remove_record(records_dir: Path, claim_uid: str) -> bool:
@@ -95,12 +110,26 @@ def list_records(records_dir: Path) -> tuple[str, ...]:
     return tuple(sorted(n[: -len(".json")] for n in names if n.endswith(".json") and n[0] != "."))
 
 
-def _parse_record(text: str) -> ModeRecord:
+def _parse_record(text: str, *, source: str) -> ModeRecord:
+    """Lenient within a known version: unknown keys are ignored and an output field that no
+    longer validates is left out (logged); a wrong shape or version raises."""
     data: Any = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    version = data.get("version", 0)
+    if version not in (0, RECORD_VERSION):
+        raise ValueError(f"version {version!r} is not 0 or {RECORD_VERSION}")
+    outputs = {}
+    for device, stored in dict(data["outputs"]).items():
+        config, dropped = from_stored(stored, source=f"{source} device {device}")
+        for message in dropped:
+            log.warning("%s: left out", message)
+        outputs[str(device)] = config
     return ModeRecord(
         claim_uid=str(data["claimUID"]),
-        outputs={str(d): from_json(c) for d, c in data["outputs"].items()},
-        previous={str(d): None if p is None else dict(p) for d, p in data["previous"].items()},
+        outputs=outputs,
+        previous={str(d): None if p is None else dict(p)
+                  for d, p in dict(data["previous"]).items()},
     )
 
 
@@ -192,8 +221,8 @@ def _claimed_outputs(records_dir: Path) -> dict[str, DisplayConfig]:
     for uid in list_records(records_dir):
         try:
             record = read_record(records_dir, uid)
-        except (ValueError, KeyError, TypeError) as err:
-            log.warning("ignoring unreadable mode record of claim %s: %s", uid, err)
+        except ModeRecordError as err:
+            log.warning("ignoring %s", err)
             continue
         if record is not None:
             claimed.update(record.outputs)

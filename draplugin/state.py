@@ -6,9 +6,11 @@ Every step that writes is followed by a named fault point, so a test can kill th
 ends with no leaked CDI spec or claim socket, no lost claim and no mode record without a
 claim. The order:
 
-prepare: read and check everything (claim, allocation, devices now in sysfs, config against the
-monitor) -> checkpoint `started` -> mode record -> Display specs -> weston.ini and restart ->
-the claim's sockets (`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. The CDI spec
+prepare: a plan without side effects for the whole claim (claim, allocation, devices now in
+sysfs, every device's config against its monitor, DDC/CI settings against its bus, the mode
+record it will replace) -> checkpoint `started` -> DDC/CI settings -> mode record -> Display
+specs -> weston.ini and restart -> the claim's sockets (`draplugin.delivery`) -> CDI spec ->
+checkpoint `prepared`. A claim whose plan fails has nothing written. The CDI spec
 comes after every step that can fail for the compositor's sake (restart, socket), so a claim
 that fails there has no spec and stays `started` until the kubelet repeats or unprepares it.
 unprepare: checkpoint `unpreparing` -> CDI spec removed -> sockets removed -> Display specs
@@ -34,7 +36,7 @@ from typing import Final, Literal, Protocol, get_args
 from draplugin import checkpoint, delivery, modes
 from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from draplugin.claimconfig import ClaimConfigError, DisplayConfig, from_json
+from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import cdi, drm
@@ -80,20 +82,28 @@ class DdcNotSupportedError(PrepareError):
 
 
 class DdcHook(Protocol):
-    """Applies a claim's DDC/CI settings to its monitor (filled in by the publisher's issue)."""
+    """A claim's DDC/CI settings: `plan` checks them without touching the bus
+    (ClaimConfigError when they cannot apply), `apply` sets them once the claim is
+    checkpointed."""
 
-    def check(self, connector: drm.Connector, config: DisplayConfig) -> None: ...
+    def plan(self, connector: drm.Connector, config: DisplayConfig) -> DdcPlan | None: ...
+
+    def apply(self, plan: DdcPlan) -> None: ...
 
 
 class NoDdc:
-    """Refuses every DDC/CI setting until the DDC/CI publisher exists."""
+    """Refuses every DDC/CI setting (the operator without its node publisher)."""
 
-    def check(self, connector: drm.Connector, config: DisplayConfig) -> None:
+    def plan(self, connector: drm.Connector, config: DisplayConfig) -> DdcPlan | None:
         if config.ddc_settings:
             raise DdcNotSupportedError(
                 f"DDC/CI settings ({', '.join(config.ddc_settings)}) for {connector.name} "
                 "are not supported yet"
             )
+        return None
+
+    def apply(self, plan: DdcPlan) -> None:
+        raise DdcNotSupportedError(f"DDC/CI settings for {plan.connector} are not supported")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +128,7 @@ class _Plan:
     entry: ClaimEntry
     outputs: tuple[ClaimedOutput, ...]
     record: modes.ModeRecord | None
+    ddc: tuple[DdcPlan, ...]
 
 
 class Driver:
@@ -170,15 +181,19 @@ class Driver:
             log.exception("could not tell the publisher about the prepared claims")
 
     def _prepare_one(self, ref: ClaimRef) -> Prepared:
+        """One claim's answer; whatever fails it is its error, and the batch goes on."""
         try:
             devices = self._prepare(ref)
         except (PrepareError, AllocationError, ClaimConfigError) as err:
             log.warning("claim %s/%s (%s) not prepared: %s", ref.namespace, ref.name, ref.uid,
                         err)
-            return Prepared(error=str(err))
+            return Prepared(error=f"claim {ref.uid}: {err}")
         except _FAILURES as err:
             log.error("claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, err)
-            return Prepared(error=f"prepare failed: {err}")
+            return Prepared(error=f"claim {ref.uid}: prepare failed: {err}")
+        except Exception as err:
+            log.exception("claim %s/%s (%s) failed", ref.namespace, ref.name, ref.uid)
+            return Prepared(error=f"claim {ref.uid}: prepare failed: {type(err).__name__}: {err}")
         return Prepared(devices=devices)
 
     def _unprepare_one(self, ref: ClaimRef) -> str:
@@ -187,7 +202,10 @@ class Driver:
         except _FAILURES as err:
             log.error("claim %s/%s (%s) not unprepared: %s", ref.namespace, ref.name, ref.uid,
                       err)
-            return f"unprepare failed: {err}"
+            return f"claim {ref.uid}: unprepare failed: {err}"
+        except Exception as err:
+            log.exception("claim %s/%s (%s) not unprepared", ref.namespace, ref.name, ref.uid)
+            return f"claim {ref.uid}: unprepare failed: {type(err).__name__}: {err}"
         return ""
 
     # --- prepare ---------------------------------------------------------------------------
@@ -202,6 +220,8 @@ class Driver:
         plan = self._plan(ref)
         self._save(current.with_claim(plan.entry))
         self._fault("prepare-started")
+        for ddc in plan.ddc:
+            self._ddc.apply(ddc)
         if plan.record is not None:
             self._write_modes(plan.record)
             self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode")
@@ -228,7 +248,7 @@ class Driver:
             )
         allocated = allocated_devices(claim, pool=self._settings.node_name)
         connectors = self._connectors()
-        prepared, outputs, configs = [], [], {}
+        prepared, outputs, configs, ddc = [], [], {}, []
         for device in allocated:
             connector = connectors.get(device.device)
             if connector is None or not connector.connected:
@@ -236,7 +256,8 @@ class Driver:
                     f"device {device.device} has no connected monitor on this node now"
                 )
             config = self._check_config(device, read_monitor(connector))
-            self._ddc.check(connector, config)
+            if (settings := self._ddc.plan(connector, config)) is not None:
+                ddc.append(settings)
             output = self._settings.aliases.get(connector.output_name, connector.output_name)
             claimed = ClaimedOutput(device=device.device, output=output)
             outputs.append(claimed)
@@ -258,7 +279,8 @@ class Driver:
             devices=tuple(prepared),
             config={d: c.to_json() for d, c in configs.items()},
         )
-        return _Plan(entry=entry, outputs=tuple(outputs), record=self._record_for(ref, configs))
+        return _Plan(entry=entry, outputs=tuple(outputs), record=self._record_for(ref, configs),
+                     ddc=tuple(ddc))
 
     def _check_config(self, device: AllocatedDevice, monitor: Monitor) -> DisplayConfig:
         """The device's config, with `mode` checked against what the monitor offers."""
@@ -325,7 +347,8 @@ class Driver:
         self._fault("unprepare-cdi-removed")
         self._delivery.remove_sockets(entry.uid)
         self._fault("unprepare-socket-removed")
-        stated = any(from_json(c).states_output for c in entry.config.values())
+        stated = any(self._stored_config(entry, d, c).states_output
+                     for d, c in entry.config.items())
         self._remove_modes(entry.uid)
         if stated:
             self._apply_modes(reason=f"claim {entry.namespace}/{entry.name} released its mode")
@@ -333,9 +356,23 @@ class Driver:
         self._save(self._load().without_claim(entry.uid))
         self._fault("unprepare-completed")
 
+    @staticmethod
+    def _stored_config(entry: ClaimEntry, device: str, data: object) -> DisplayConfig:
+        config, dropped = from_stored(data, source=f"checkpointed config of claim {entry.uid} "
+                                                   f"device {device}")
+        for message in dropped:
+            log.warning("%s: left out", message)
+        return config
+
     def _remove_modes(self, uid: str) -> bool:
         records_dir = self._settings.mode_records_dir
-        record = modes.read_record(records_dir, uid)
+        try:
+            record = modes.read_record(records_dir, uid)
+        except modes.ModeRecordError as err:
+            # Nothing in it can be restored; keeping it would block the unprepare for good.
+            log.error("%s: removing it; the Displays keep the claim's spec values", err)
+            modes.remove_record(records_dir, uid)
+            return True
         if record is None:
             return False
         modes.restore_previous(self._kube, node=self._settings.node_name, record=record)
@@ -369,6 +406,8 @@ class Driver:
                 except _FAILURES as err:
                     # The kubelet's next call for this claim repeats the work.
                     log.error("cannot recover claim %s yet: %s", entry.uid, err)
+                except Exception:  # one claim's state never keeps the plugin from starting
+                    log.exception("cannot recover claim %s", entry.uid)
             held = set(self._load().claims)
             stray = (set(cdi.list_specs(cdi_dir=self._settings.cdi_dir))
                      | set(modes.list_records(self._settings.mode_records_dir))
@@ -379,6 +418,8 @@ class Driver:
                     self._clean_orphan(uid)
                 except _FAILURES as err:
                     log.error("cannot remove what claim %s left behind yet: %s", uid, err)
+                except Exception:
+                    log.exception("cannot remove what claim %s left behind", uid)
             self._restore_sockets()
 
     def restore_sockets(self) -> int:

@@ -4,7 +4,7 @@ Buses: a connector's sysfs `ddc` link (or DP AUX child) names its bus; a deliver
 that no connector names is matched by reading the EDID at 0x50 and comparing it with the
 connectors' sysfs EDIDs. Capabilities are probed in threads, each bounded in time, so a silent
 monitor never delays the slice. `apply_settings` sets a claim's brightness, contrast, input and
-power and reads each back; `ClaimDdc` is part 1's `DdcHook` (`check(connector, config)`).
+power and reads each back; `ClaimDdc` is part 1's `DdcHook` (`plan`, then `apply`).
 
 One `DdcClient` per bus, used under that bus's lock: the client tracks the quiet time a display
 needs between commands, and a prepare and a background probe may reach the same bus.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, TypeVar
 
-from draplugin.claimconfig import ClaimConfigError, DisplayConfig, Power
+from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, Power
 from draplugin.node.displays import DdcState
 from draplugin.node.displays import Power as StatusPower
 from libdisplay import mccs
@@ -230,8 +230,13 @@ def _set(client: DdcClient, setting: str, code: int, value: int) -> int:
     return read
 
 
+class DdcApplyError(DdcMapError):
+    """A planned setting could not be applied: the bus or the monitor failed, not the claim."""
+
+
 class ClaimDdc:
-    """Part 1's `DdcHook`: applies a prepared claim's DDC/CI settings to its monitor."""
+    """Part 1's `DdcHook`: checks a claim's DDC/CI settings (`plan`, no I/O) and applies them
+    once the claim is checkpointed (`apply`)."""
 
     def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]],
                  on_applied: Callable[[str, DisplayConfig], None] | None = None) -> None:
@@ -239,25 +244,35 @@ class ClaimDdc:
         self._buses = buses
         self._on_applied = on_applied
 
-    def check(self, connector: Connector, config: DisplayConfig) -> None:
-        """Apply the settings; ClaimConfigError (the claim's error) names the failing one."""
+    def plan(self, connector: Connector, config: DisplayConfig) -> DdcPlan | None:
+        """The settings to apply, or None when the config states none; ClaimConfigError (the
+        claim's error) when they cannot apply here."""
         if not config.ddc_settings:
-            return
+            return None
         bus = self._buses().get(connector.device_name, connector.i2c_bus)
         if bus is None:
             raise ClaimConfigError(
                 f"{connector.name}: DDC/CI settings ({', '.join(config.ddc_settings)}) "
                 "cannot be applied: no i2c bus was delivered for this monitor")
+        if config.input is not None and config.input not in _INPUT_CODES:
+            raise ClaimConfigError(f"{connector.name}: DDC/CI input {config.input!r} is not an "
+                                   "MCCS input source name")
+        return DdcPlan(device=connector.device_name, connector=connector.name, bus=bus,
+                       config=config)
+
+    def apply(self, plan: DdcPlan) -> None:
+        """Set and read back each setting; DdcApplyError names the bus or the setting."""
+        config = plan.config
         try:
-            self._access.run(bus, lambda client: apply_settings(
+            self._access.run(plan.bus, lambda client: apply_settings(
                 client, brightness=config.brightness, contrast=config.contrast,
                 input=config.input, power=config.power))
         except DdcSettingError as err:
-            raise ClaimConfigError(f"{connector.name}: DDC/CI {err}") from err
+            raise DdcApplyError(f"{plan.connector}: DDC/CI {err}") from err
         except (DdcError, OSError) as err:
-            raise ClaimConfigError(f"{connector.name}: cannot open i2c-{bus}: {err}") from err
+            raise DdcApplyError(f"{plan.connector}: cannot open i2c-{plan.bus}: {err}") from err
         if self._on_applied is not None:
-            self._on_applied(connector.device_name, config)
+            self._on_applied(plan.device, config)
 
 
 def applied(state: DdcState, config: DisplayConfig) -> DdcState:

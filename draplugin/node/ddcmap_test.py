@@ -149,13 +149,17 @@ def test_claim_hook_applies_or_fails_the_claim(tmp_path: Path) -> None:
     clock = FakeClock()
     monitor = SimulatedMonitor(clock=clock, values={mccs.BRIGHTNESS: 50})
     hook = ddcmap.ClaimDdc(_access({3: monitor}, clock), buses=dict)
-    hook.check(hdmi, DisplayConfig(brightness=20))
+    plan = hook.plan(hdmi, DisplayConfig(brightness=20))
+    assert plan is not None and monitor.value(mccs.BRIGHTNESS) == 50  # planning writes nothing
+    hook.apply(plan)
     assert monitor.value(mccs.BRIGHTNESS) == 20
-    with pytest.raises(ClaimConfigError, match="card0-HDMI-A-1: DDC/CI power: .*not support"):
-        hook.check(hdmi, DisplayConfig(power="off"))
+    off = hook.plan(hdmi, DisplayConfig(power="off"))
+    assert off is not None
+    with pytest.raises(ddcmap.DdcApplyError, match="card0-HDMI-A-1: DDC/CI power: .*not support"):
+        hook.apply(off)
     with pytest.raises(ClaimConfigError, match="no i2c bus"):
-        hook.check(dp, DisplayConfig(brightness=20))
-    hook.check(dp, DisplayConfig())  # nothing stated: nothing to do, no bus needed
+        hook.plan(dp, DisplayConfig(brightness=20))
+    assert hook.plan(dp, DisplayConfig()) is None  # nothing stated: no bus needed
 
 
 
@@ -171,10 +175,12 @@ def _hdmi_on_bus(root: Path, bus: int) -> drm.Connector:
     return connector
 
 
-def test_claim_hook_fails_the_claim_when_the_bus_cannot_be_opened(tmp_path: Path) -> None:
+def test_a_bus_that_cannot_be_opened_is_not_the_claims_fault(tmp_path: Path) -> None:
     hook = ddcmap.ClaimDdc(_access({}, FakeClock(), missing=_cannot_open), buses=dict)
-    with pytest.raises(ClaimConfigError, match="cannot open i2c-3: cannot open /dev/i2c-3"):
-        hook.check(_hdmi_on_bus(tmp_path, 3), DisplayConfig(brightness=20))
+    plan = hook.plan(_hdmi_on_bus(tmp_path, 3), DisplayConfig(brightness=20))
+    assert plan is not None
+    with pytest.raises(ddcmap.DdcApplyError, match="cannot open i2c-3: cannot open /dev/i2c-3"):
+        hook.apply(plan)
 
 
 @pytest.mark.parametrize(
@@ -209,5 +215,7 @@ def test_a_claim_sets_a_monitor_served_on_the_dev_roots_socket(tmp_path: Path) -
     with MonitorServer(dev / "i2c-3", monitor):
         assert ddcmap.delivered_buses(dev) == (3,)
         hook = ddcmap.ClaimDdc(ddcmap.Buses(dev_root=dev), buses=dict)
-        hook.check(connector, DisplayConfig(brightness=40))
+        plan = hook.plan(connector, DisplayConfig(brightness=40))
+        assert plan is not None
+        hook.apply(plan)
     assert monitor.value(mccs.BRIGHTNESS) == 40

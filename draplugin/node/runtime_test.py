@@ -98,8 +98,10 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 assert node.hotplug is not None
                 (hdmi,) = (c for card in node.hotplug.cards for c in card.connectors
                            if c.connected)
-                await asyncio.to_thread(node.ddc_hook().check, hdmi,
-                                        DisplayConfig(brightness=40, power="off"))
+                hook = node.ddc_hook()
+                plan = hook.plan(hdmi, DisplayConfig(brightness=40, power="off"))
+                assert plan is not None
+                await asyncio.to_thread(hook.apply, plan)
                 await _until(lambda: node._observed.ddc["card0-hdmi-a-1"].brightness == 40,
                              "the applied brightness is observed")
                 await node.refresh()

@@ -1,0 +1,156 @@
+"""state: prepare is a plan without side effects, then the writes; one claim's failure is its own.
+
+The driver runs in-process on a simulated sysfs card, a dict standing in for the API and
+libdisplay's simulated DDC/CI monitor, so what a refused claim did not write can be read back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from draplugin.node import ddcmap
+from draplugin.settings import KubeAccess, Settings
+from draplugin.state import ClaimRef, Driver
+from libdisplay import mccs, sysfs_tree
+from libdisplay.ddc import DdcClient
+from libdisplay.ddc_sim import FakeClock, SimulatedMonitor
+from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.modes import Mode
+
+NODE = "kiosk-1"
+DRIVER = "display.liken.sh"
+HDMI = "card0-hdmi-a-1"
+DP = "card0-dp-1"
+
+
+class DictKube:
+    """The Kube protocol over dicts: claims by (namespace, name), no Displays."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, Mapping[str, object]]] = []
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.claims.get((namespace, name))
+
+    def get_display_spec(self, name: str) -> dict[str, Any] | None:
+        return None
+
+    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
+        self.patches.append((name, patch))
+
+    def add(self, name: str, devices: Sequence[str], params: Sequence[Mapping[str, object]]
+            ) -> ClaimRef:
+        uid = f"uid-{name}"
+        configs = [{"source": "FromClaim", "requests": [],
+                    "opaque": {"driver": DRIVER, "parameters": {
+                        "apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig",
+                        **p}}} for p in params]
+        self.claims[("default", name)] = {
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "status": {"allocation": {"devices": {
+                "results": [{"request": "screen", "driver": DRIVER, "pool": NODE, "device": d}
+                            for d in devices],
+                "config": configs}}},
+        }
+        return ClaimRef(uid=uid, namespace="default", name=name)
+
+
+def _settings(root: Path) -> Settings:
+    return Settings(
+        node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "registry",
+        cdi_dir=root / "cdi", weston_ini=root / "etc" / "weston.ini",
+        mode_records_dir=root / "etc" / "claims", restarts_dir=root / "etc" / "restarts",
+        pid_file=root / "etc" / "weston.pid", socket_dir=root / "run",
+        container_socket_dir=root / "run", socket_name="wayland-0",
+        sysfs_root=sysfs_tree.sysfs_root(root), dev_root=sysfs_tree.dev_root(root),
+        aliases={}, restart_timeout_s=1.0, kube=KubeAccess(), shell="kiosk-shell.so",
+        delivery="shared",
+    )
+
+
+def _card(root: Path) -> None:
+    def monitor(kind: str, serial: int, preferred: Mode, bus: int) -> sysfs_tree.SimConnector:
+        edid = build_edid(EdidParams(name=f"{kind} {serial}", serial_number=serial,
+                                     preferred=preferred))
+        return sysfs_tree.SimConnector(type=kind, edid=edid, i2c_bus=bus,
+                                       modes=(f"{preferred.width}x{preferred.height}",))
+
+    sysfs_tree.write_tree(root, sysfs_tree.SimCard(connectors=(
+        monitor("HDMI-A", 1, Mode(1920, 1080, 60000), 3),
+        monitor("DP", 2, Mode(1280, 1024, 60000), 4),
+    )))
+
+
+def _written(settings: Settings) -> dict[str, list[str]]:
+    """Every file prepare may write, by place."""
+    def names(path: Path) -> list[str]:
+        return sorted(p.name for p in path.iterdir()) if path.exists() else []
+
+    checkpoint = settings.plugin_dir / "checkpoint.json"
+    claims = json.loads(checkpoint.read_text())["claims"] if checkpoint.exists() else {}
+    return {"checkpoint": sorted(claims), "records": names(settings.mode_records_dir),
+            "cdi": names(settings.cdi_dir), "weston.ini": names(settings.weston_ini.parent)}
+
+
+def test_a_batch_answers_every_claim_and_a_corrupt_mode_record_fails_its_own(
+        tmp_path: Path) -> None:
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    first = kube.add("first", [HDMI], [{"mode": "1920x1080@60"}])
+    second = kube.add("second", [DP], [{"mode": "1280x1024@60"}])
+    third = kube.add("third", [DP], [{"transform": "rotate-90"}])
+    settings.mode_records_dir.mkdir(parents=True)
+    (settings.mode_records_dir / f"{second.uid}.json").write_text('{"claimUID": "uid-sec')
+    driver = Driver(settings, kube)
+    answers = driver.prepare([first, second, third])
+    assert answers[first.uid].error == "" and answers[third.uid].error == ""
+    error = answers[second.uid].error
+    assert second.uid in error and "mode record" in error and "not valid" in error, error
+    assert _written(settings)["checkpoint"] == [first.uid, third.uid]
+
+
+def test_a_checkpointed_config_that_no_longer_validates_does_not_stop_recovery(
+        tmp_path: Path) -> None:
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    claim = kube.add("kiosk", [HDMI], [{"mode": "1920x1080@60"}])
+    driver = Driver(settings, kube)
+    assert driver.prepare([claim])[claim.uid].error == ""
+    path = settings.plugin_dir / "checkpoint.json"
+    data = json.loads(path.read_text())
+    data["claims"][claim.uid]["state"] = "unpreparing"
+    data["claims"][claim.uid]["config"][HDMI] = {"mode": "1920x1080@60", "scale": 9}
+    path.write_text(json.dumps(data))
+    (settings.mode_records_dir / f"{claim.uid}.json").write_text("not json")
+    Driver(settings, kube).recover()
+    assert _written(settings)["checkpoint"] == [] and _written(settings)["records"] == []
+
+
+def test_a_two_device_claim_whose_second_mode_is_not_offered_changes_nothing(
+        tmp_path: Path) -> None:
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    clock = FakeClock()
+    monitors = {3: SimulatedMonitor(clock=clock, values={mccs.BRIGHTNESS: 50}),
+                4: SimulatedMonitor(clock=clock, values={mccs.BRIGHTNESS: 50})}
+    buses = ddcmap.Buses(open_bus=monitors.__getitem__,
+                         client=lambda t: DdcClient(t, sleep=clock.sleep, clock=clock))
+    hook = ddcmap.ClaimDdc(buses, buses=dict)
+    # One config for both devices: the HDMI monitor offers 1920x1080, the DP one does not.
+    claim = kube.add("wall", [HDMI, DP], [{"mode": "1920x1080@60", "brightness": 20}])
+    driver = Driver(settings, kube, ddc=hook)
+    before = _written(settings)
+    error = driver.prepare([claim])[claim.uid].error
+    assert "field 'mode'" in error and DP in error and claim.uid in error, error
+    # Read back over the simulated bus: the first monitor was never touched.
+    reading = buses.run(3, lambda client: client.get_vcp(mccs.BRIGHTNESS))
+    assert reading.current == 50
+    assert _written(settings) == before
+    assert kube.patches == []
