@@ -1,7 +1,7 @@
 """The compositor tests start is Debian trixie's weston 14.0.x, run from the trixie root.
 
 `weston` on PATH is build-support/trixie/bin's dispatcher (./pants puts it there); a PATH
-that reached bookworm's weston 10, or any other, fails here rather than being tested
+that reached bookworm's older weston, or any other, fails here rather than being tested
 silently. The dispatcher must be exec-transparent, as westonctl and the watchdog rely on:
 the pid the test spawned is weston itself (its comm, its executable, its signals, its
 exit status).

@@ -48,11 +48,12 @@
  * the module is a Wayland client of its compositor over a socketpair, and its screenshot
  * authority admits that one client and no other. A request makes the module ask weston to
  * capture the output, which repaints it and copies the framebuffer into the module's shm
- * buffer for that output (kept for the next frame); a renderer is needed (pixman or gl:
- * with noop the capture fails, `ERR io`). One capture of an output serves every
- * connection waiting for it. One connection holds at most one frame being sent: frames
- * that occur while the previous one is still unread are lost, the compositor never
- * waits. Up to 16 requests may be outstanding, for one output and one bound at a time.
+ * buffer for that output (kept while any capture connection is open); a renderer is
+ * needed (pixman or gl: with noop the capture fails, `ERR io`). One capture of an output
+ * serves every connection waiting for it. One connection holds at most one frame being
+ * sent: frames that occur while the previous one is still unread are lost, the compositor
+ * never waits. Up to 16 requests may be outstanding, for one output and one bound at a
+ * time.
  *
  * The optional bound (each side 16..16384, decimal without sign or leading zero) asks for
  * a frame no larger than it: the module picks the smallest integer factor f >= 1 with
@@ -1267,6 +1268,22 @@ capture_buffer_alloc(struct capture_output *co)
 	return true;
 }
 
+/* With no capture connection left the shm buffers go (a 4K output's holds 33 MB); the
+ * next request allocates one again. */
+static void
+capturer_release_idle(struct layout *layout)
+{
+	struct capture_output *co;
+
+	if (!wl_list_empty(&layout->capture.conns))
+		return;
+	wl_list_for_each(co, &layout->capturer.outputs, link) {
+		if (!co->busy)
+			capture_buffer_free(co);
+	}
+	capturer_flush(&layout->capturer);
+}
+
 /* Starts a capture of `output_name` when a connection waits for one and none is running. */
 static void
 capturer_kick(struct layout *layout, const char *output_name)
@@ -1343,6 +1360,7 @@ source_complete(void *data, struct weston_capture_source_v1 *source)
 			conn_destroy(conn);
 	}
 	capturer_kick(layout, co->name);
+	capturer_release_idle(layout);
 }
 
 static void
@@ -1353,6 +1371,7 @@ source_retry(void *data, struct weston_capture_source_v1 *source)
 	(void)source;
 	co->busy = false;
 	capturer_kick(co->capturer->layout, co->name);
+	capturer_release_idle(co->capturer->layout);
 }
 
 static void
@@ -1363,6 +1382,7 @@ source_failed(void *data, struct weston_capture_source_v1 *source, const char *m
 	(void)source;
 	co->busy = false;
 	capture_fail_output(co->capturer->layout, co->name, msg ? msg : "capture failed");
+	capturer_release_idle(co->capturer->layout);
 }
 
 static const struct weston_capture_source_v1_listener source_listener = {
@@ -1650,12 +1670,17 @@ capturer_start(struct capturer *capturer, struct layout *layout)
 static void
 conn_destroy(struct conn *conn)
 {
+	struct layout *layout = conn->layout;
+	const bool capture = conn->kind == CONN_CAPTURE;
+
 	while (conn->head)
 		chunk_pop(conn);
 	wl_event_source_remove(conn->source);
 	close(conn->fd);
 	wl_list_remove(&conn->link);
 	free(conn);
+	if (capture)
+		capturer_release_idle(layout);
 }
 
 /* Sends a last error as best it can, then drops the connection. */
@@ -2000,6 +2025,7 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 	wl_list_init(&layout->surfaces);
 	wl_list_init(&layout->control.conns);
 	wl_list_init(&layout->capture.conns);
+	wl_list_init(&layout->capturer.outputs);
 	layout->control.sock.fd = layout->capture.sock.fd = -1;
 	weston_layer_init(&layout->background_layer, ec);
 	weston_layer_set_position(&layout->background_layer, WESTON_LAYER_POSITION_BACKGROUND);
