@@ -7,6 +7,7 @@ Each hook maps one to one onto the `FakeKube` method of the same meaning.
 | `compact` | - | `compact()` |
 | `fail-writes` | `count`, `code`, `retryAfter?`, `resource?` | `fail_next_writes(...)` |
 | `drop-watches` | `abrupt?` | `drop_watches(abrupt=)` |
+| `outage` | `kind` (`drop`, `html`, `slow` or null), `code?`, `delay?` | `set_outage(...)` |
 | `restart-count` | `namespace`, `pod`, `container`, `count`, `init?` | `set_restart_count(...)` |
 | `delete-node-slices` | `node`, `driver?` | `delete_node_slices(...)` |
 | `token` | `token`, `username`, `uid?`, `groups?`, `audiences?` | `policy.add_token(...)` |
@@ -52,6 +53,18 @@ def _drop_watches(fake: FakeKube, body: JsonObject) -> JsonObject:
     return {"dropped": fake.drop_watches(abrupt=_field(body, "abrupt", bool, False))}
 
 
+def _outage(fake: FakeKube, body: JsonObject) -> JsonObject:
+    delay = body.get("delay", 0.0)
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise status.bad_request(f"field 'delay' must be a number, got {delay!r}")
+    try:
+        fake.set_outage(_field(body, "kind", str, None), code=_field(body, "code", int, 503),
+                        delay=float(delay))
+    except ValueError as e:
+        raise status.bad_request(str(e)) from e
+    return {}
+
+
 def _restart_count(fake: FakeKube, body: JsonObject) -> JsonObject:
     return fake.set_restart_count(
         _field(body, "namespace", str), _field(body, "pod", str), _field(body, "container", str),
@@ -89,6 +102,7 @@ _HOOKS: dict[str, Callable[[FakeKube, JsonObject], JsonObject]] = {
     "compact": _compact,
     "fail-writes": _fail_writes,
     "drop-watches": _drop_watches,
+    "outage": _outage,
     "restart-count": _restart_count,
     "delete-node-slices": _delete_node_slices,
     "token": _token,

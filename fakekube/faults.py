@@ -1,8 +1,12 @@
-"""Injected write failures and the request log tests assert on.
+"""Injected failures and the request log tests assert on.
 
 A queued `WriteFault` answers the next write (POST, PUT, PATCH, DELETE; optionally only for one
 resource plural) instead of the store: 409 Conflict, 429 TooManyRequests with `Retry-After`, or
 500 InternalError, each as the Status body the apiserver would send.
+
+An `Outage` is a switch for every API request until it is cleared, as a broken network or a
+proxy in front of the apiserver behaves: `drop` closes each connection without an answer,
+`html` answers `code` with an HTML page (not a Status), `slow` answers after `delay` seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,20 @@ from fakekube import status
 
 FaultCode = Literal[409, 429, 500]
 FAULT_CODES: tuple[FaultCode, ...] = (409, 429, 500)
+OutageKind = Literal["drop", "html", "slow"]
+OUTAGE_KINDS: tuple[OutageKind, ...] = ("drop", "html", "slow")
+MAX_DELAY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    kind: OutageKind
+    code: int = 503
+    delay: float = 0.0
+
+    def page(self) -> bytes:
+        return (f"<html><head><title>{self.code}</title></head><body><h1>{self.code} "
+                "Service Unavailable</h1><p>fakekube outage</p></body></html>\n").encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +55,25 @@ class Faults:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: collections.deque[WriteFault] = collections.deque()
+        self._outage: Outage | None = None
+
+    def set_outage(self, kind: OutageKind | None, *, code: int = 503,
+                   delay: float = 0.0) -> None:
+        """Start an outage of `kind` for every request, or end it (None)."""
+        if kind is None:
+            with self._lock:
+                self._outage = None
+            return
+        if kind not in OUTAGE_KINDS:
+            raise ValueError(f"outage {kind!r} is not one of {OUTAGE_KINDS}")
+        if not 400 <= code <= 599 or not 0 <= delay <= MAX_DELAY_S:
+            raise ValueError(f"code {code} must be 400-599 and delay {delay} 0-{MAX_DELAY_S:g}")
+        with self._lock:
+            self._outage = Outage(kind, code, delay)
+
+    def outage(self) -> Outage | None:
+        with self._lock:
+            return self._outage
 
     def fail_next_writes(self, count: int, code: FaultCode, *, retry_after: int = 1,
                          resource: str | None = None) -> None:

@@ -106,3 +106,50 @@ def test_request_log_records_method_path_query_and_status(fake: FakeKube,
         ("POST", "/api/v1/nodes", 201), ("GET", "/api/v1/nodes/n1", 200),
         ("GET", "/api/v1/nodes", 200), ("GET", "/api/v1/nodes/missing", 404)]
     assert log[2].param("labelSelector") == "a=b"
+
+
+def _get(url: str) -> tuple[int, str, bytes]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/nodes", timeout=10) as reply:
+            return reply.status, reply.headers["Content-Type"], reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read()
+
+
+def test_an_outage_drops_answers_html_or_delays_until_cleared(fake: FakeKube) -> None:
+    import http.client
+    import time
+    import urllib.error
+
+    fake.set_outage("drop")
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError, urllib.error.URLError)):
+        _get(fake.url)
+    fake.set_outage("html", code=502)
+    code, content_type, body = _get(fake.url)
+    assert (code, content_type) == (502, "text/html") and body.startswith(b"<html>")
+    fake.set_outage("slow", delay=0.3)
+    started = time.monotonic()
+    assert _get(fake.url)[0] == 200
+    assert time.monotonic() - started >= 0.3
+    fake.set_outage(None)
+    assert _get(fake.url)[:2] == (200, "application/json")
+    assert [r.status for r in fake.request_log()][-4:] == [0, 502, 200, 200]
+
+
+def test_the_outage_hook_over_http(fake: FakeKube) -> None:
+    import json
+    import urllib.request
+
+    def hook(body: dict[str, object]) -> int:
+        request = urllib.request.Request(f"{fake.url}/_fakekube/outage",
+                                         data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return int(reply.status)
+
+    assert hook({"kind": "html", "code": 503}) == 200
+    assert _get(fake.url)[0] == 503
+    assert hook({"kind": None}) == 200  # the admin path is never in the outage
+    assert _get(fake.url)[0] == 200

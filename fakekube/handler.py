@@ -120,6 +120,8 @@ class Handler(BaseHTTPRequestHandler):
                 code, body = admin.handle(self.fake, self.command, url.path, raw)
                 self._send_json(code, body, query=url.query)
                 return
+            if self._outage(url.query):
+                return
             if url.path in ("/healthz", "/readyz", "/livez", "/version"):
                 self._send_plain(url.path, url.query)
                 return
@@ -136,6 +138,28 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("fakekube failed on %s %s", self.command, self.path)
             failure = status.internal_error(f"{type(e).__name__}: {e}")
             self._send_json(failure.code, failure.body(), query=url.query)
+
+    def _outage(self, query: str) -> bool:
+        """Act out the current outage; True when the request is answered (or dropped)."""
+        outage = self.fake.faults.outage()
+        if outage is None:
+            return False
+        if outage.kind == "slow":
+            time.sleep(outage.delay)
+            return False
+        if outage.kind == "drop":
+            self._record(0, query)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return True
+        page = outage.page()
+        self._record(outage.code, query)
+        self.send_response(outage.code)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+        return True
 
     def _call(self, t: Target, params: dict[str, str], raw: bytes) -> Reply:
         method = self.command

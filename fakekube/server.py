@@ -54,7 +54,7 @@ from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from fakekube.faults import FaultCode, Faults, RequestLog, RequestRecord
+from fakekube.faults import FaultCode, Faults, OutageKind, RequestLog, RequestRecord
 from fakekube.handler import Handler
 from fakekube.kinds import Kind, Registry
 from fakekube.rest import Api, Options, Target
@@ -205,6 +205,15 @@ class FakeKube:
         """Answer the next `count` writes (of `resource`, a plural, if given) with 409, 429
         (with Retry-After) or 500 instead of performing them."""
         self.faults.fail_next_writes(count, code, retry_after=retry_after, resource=resource)
+
+    def set_outage(self, kind: OutageKind | None, *, code: int = 503,
+                   delay: float = 0.0) -> None:
+        """Fail every API request until called with None: `drop` closes the connection
+        unanswered, `html` answers `code` with an HTML page, `slow` answers after `delay` s.
+        Open watches are cut (abruptly for `drop`), so they meet the outage too."""
+        self.faults.set_outage(kind, code=code, delay=delay)
+        if kind in ("drop", "html"):
+            self.store.close_watches(abrupt=kind == "drop")
 
     def drop_watches(self, *, abrupt: bool = False) -> int:
         """End every open watch stream: cleanly (as an apiserver restart or timeout does;
