@@ -149,6 +149,15 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     "pass for this many seconds (env LIVENESS_TIMEOUT).",
 )
 @click.option(
+    "--api-backoff-cap",
+    envvar="API_BACKOFF_CAP",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="The longest delay in seconds between retries of a failed API call (env "
+    "API_BACKOFF_CAP).",
+)
+@click.option(
     "--api-server",
     envvar="KUBE_API_SERVER",
     help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.",
@@ -215,6 +224,7 @@ def operator(**options: Any) -> None:
         hotplug_resync_s=options["hotplug_resync"],
         slice_resync_s=options["slice_resync"],
         liveness_timeout_s=options["liveness_timeout"],
+        api_backoff_cap_s=options["api_backoff_cap"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
         shell=options["shell"],
         delivery=options["delivery"],

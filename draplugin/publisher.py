@@ -16,6 +16,7 @@ from typing import Any
 
 from draplugin.checkpoint import Checkpoint
 from draplugin.node.displays import ClaimRef
+from draplugin.node.retry import Backoff
 from draplugin.node.runtime import NodeConfig, NodeRuntime, NodeThread, async_client
 from draplugin.settings import Settings
 
@@ -86,6 +87,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         hotplug_resync=settings.hotplug_resync_s,
         slice_resync=settings.slice_resync_s,
         liveness_timeout=settings.liveness_timeout_s,
+        backoff=Backoff.capped(settings.api_backoff_cap_s),
     )
     kube = settings.kube
     thread = NodeThread(

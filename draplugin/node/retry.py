@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,8 +23,7 @@ from libdisplay.kubeerrors import ApiCallError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-BACKOFF_CAP_ENV = "API_BACKOFF_CAP"
-"""Seconds; shortens the cap (and the first delay with it) for tests of API outages."""
+_FIRST_DELAY_S = 0.05
 
 
 class RetryError(Exception):
@@ -41,29 +39,20 @@ class RetryError(Exception):
 class Backoff:
     """Retry delays: `first` doubling up to `cap`, at most `attempts` tries."""
 
-    first: float = 0.05
+    first: float = _FIRST_DELAY_S
     cap: float = 2.0
     attempts: int = 8
 
     def delay(self, attempt: int) -> float:
         return float(min(self.cap, self.first * 2**attempt))
 
-
-def backoff_from_env() -> Backoff:
-    """The default backoff, its cap taken from API_BACKOFF_CAP when set."""
-    text = os.environ.get(BACKOFF_CAP_ENV)
-    if not text:
-        return Backoff()
-    try:
-        cap = float(text)
-    except ValueError as err:
-        raise ValueError(f"{BACKOFF_CAP_ENV}={text!r} is not a number of seconds") from err
-    if cap <= 0:
-        raise ValueError(f"{BACKOFF_CAP_ENV}={text!r} must be above 0")
-    return Backoff(first=min(0.05, cap), cap=cap)
+    @classmethod
+    def capped(cls, cap: float) -> Backoff:
+        """The default tries with delays of at most `cap` seconds (tests shorten it)."""
+        return cls(first=min(_FIRST_DELAY_S, cap), cap=cap)
 
 
-DEFAULT_BACKOFF = backoff_from_env()
+DEFAULT_BACKOFF = Backoff()
 
 
 async def with_retries(

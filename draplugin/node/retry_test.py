@@ -62,3 +62,8 @@ def test_a_bug_is_not_the_apis_and_propagates() -> None:
     calls, call = _failing([KeyError("spec")])
     with pytest.raises(KeyError):
         _run(call)
+
+
+def test_a_capped_backoff_keeps_the_tries_and_shortens_the_delays() -> None:
+    assert Backoff.capped(0.02) == Backoff(first=0.02, cap=0.02, attempts=Backoff().attempts)
+    assert Backoff.capped(1.0).first == Backoff().first

@@ -27,7 +27,7 @@ from lightkube.resources.core_v1 import Pod
 from draplugin.apierrors import from_lightkube
 from draplugin.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, slices, watchdog
-from draplugin.node.retry import fatal
+from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
 from libdisplay import drm, wayland
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ class NodeConfig:
     probe_timeout: float = 1.0
     liveness_timeout: float = 60.0
     """Seconds without a completed pass of the slice loop after which liveness fails."""
+    backoff: Backoff = DEFAULT_BACKOFF
+    """Delays between retries of a failed API call."""
 
 
 @dataclass(slots=True)
@@ -85,11 +87,11 @@ class NodeRuntime:
         self._observed = _Observed()
         self._bus_map: dict[str, int] = {}
         self.publisher = slices.Publisher(
-            client, node=config.node, resync=config.slice_resync,
+            client, node=config.node, resync=config.slice_resync, backoff=config.backoff,
             on_publish=self.metrics.slice_publishes.inc,
             on_error=self.metrics.api_error("resourceslices"),
             on_retry=self.metrics.api_retry, on_pass=self._passed)
-        self.displays = displays.Displays(client, node=config.node,
+        self.displays = displays.Displays(client, node=config.node, backoff=config.backoff,
                                           on_error=self.metrics.api_error("displays"),
                                           on_retry=self.metrics.api_retry)
         # Start-up counts as a pass: liveness gives the first one the same time as any.
