@@ -192,8 +192,14 @@ def _app(metrics_app: Any, health: Health) -> Any:
 
 
 def weston_restart_count(pod: Mapping[str, Any], *, container: str = WESTON_CONTAINER) -> int:
-    """The container's `restartCount` in a Pod (as the API returns it); 0 before it has one."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    """The container's `restartCount` in a Pod (as the API returns it); 0 before it has one.
+
+    The compositor is a native sidecar (an init container with restartPolicy Always), and the
+    kubelet reports those in `initContainerStatuses`; a plain container is looked for too.
+    """
+    pod_status = pod.get("status") or {}
+    statuses = [*(pod_status.get("initContainerStatuses") or []),
+                *(pod_status.get("containerStatuses") or [])]
     for status in statuses:
         if status.get("name") == container:
             return int(status.get("restartCount") or 0)

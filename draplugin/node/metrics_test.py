@@ -55,12 +55,16 @@ def test_restart_counts_by_reason() -> None:
 @pytest.mark.parametrize(
     ("pod", "count"),
     [
-        ({"status": {"containerStatuses": [{"name": "weston", "restartCount": 3},
-                                           {"name": "operator", "restartCount": 9}]}}, 3),
+        # As the kubelet reports the pod: weston is a native sidecar, an init container.
+        ({"status": {"initContainerStatuses": [{"name": "declare", "restartCount": 0},
+                                               {"name": "weston", "restartCount": 3}],
+                     "containerStatuses": [{"name": "operator", "restartCount": 9}]}}, 3),
+        ({"status": {"containerStatuses": [{"name": "weston", "restartCount": 2},
+                                           {"name": "operator", "restartCount": 9}]}}, 2),
         ({"status": {"containerStatuses": [{"name": "operator", "restartCount": 9}]}}, 0),
         ({}, 0),
     ],
-    ids=["weston", "no-weston-status", "no-status"],
+    ids=["native-sidecar", "plain-container", "no-weston-status", "no-status"],
 )
 def test_weston_restart_count(pod: dict[str, object], count: int) -> None:
     assert metrics.weston_restart_count(pod) == count
