@@ -9,6 +9,7 @@ from draplugin.claimconfig import (
     DisplayConfig,
     decode,
     from_json,
+    from_stored,
 )
 from libdisplay.modes import Mode
 
@@ -80,3 +81,13 @@ def test_json_round_trip_and_groups() -> None:
     assert config.states_output
     assert config.ddc_settings == ("power",)
     assert not DisplayConfig(brightness=3).states_output
+
+
+def test_stored_configs_leave_out_what_no_longer_decodes() -> None:
+    config, dropped = from_stored({"mode": "1920x1080@60", "scale": 9, "colour": "red"},
+                                  source="checkpointed config")
+    assert config == DisplayConfig(mode=Mode(1920, 1080, 60000))
+    assert [d.split(":")[0] for d in dropped] == ["checkpointed config"] * 2
+    assert any("'scale' value 9" in d for d in dropped)
+    assert any("unknown field 'colour'" in d for d in dropped)
+    assert from_stored("junk", source="s")[0] == DisplayConfig()

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from draplugin import modes
 from draplugin.claimconfig import DisplayConfig
@@ -103,3 +106,22 @@ def test_restart_without_a_running_weston_orders_nothing(tmp_path: Path) -> None
     s.pid_file.write_text("999999999\n")  # beyond pid_max: no such process
     modes.restart_compositor(s, reason="test")
     assert not s.restarts_dir.exists()
+
+
+def test_records_are_read_leniently_within_a_known_version(tmp_path: Path) -> None:
+    def stored(data: object) -> modes.ModeRecord | None:
+        (tmp_path / "u1.json").write_text(json.dumps(data) if not isinstance(data, str)
+                                          else data)
+        return modes.read_record(tmp_path, "u1")
+
+    unversioned = {"claimUID": "u1", "outputs": {HDMI: {"mode": "1280x720@60", "scale": 9}},
+                   "previous": {HDMI: None}, "later": "ignored"}
+    record = stored(unversioned)
+    assert record is not None
+    # scale 9 no longer validates: left out, the rest of the record stands.
+    assert record.outputs[HDMI] == DisplayConfig(mode=Mode(1280, 720, 60000))
+    assert json.loads(record.to_json())["version"] == modes.RECORD_VERSION
+    for bad, why in (("{not json", "not valid"), ({**unversioned, "version": 7}, "version 7"),
+                     ({"outputs": {}}, "claimUID")):
+        with pytest.raises(modes.ModeRecordError, match=f"claim u1 .*{why}"):
+            stored(bad)
