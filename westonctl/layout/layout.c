@@ -14,6 +14,14 @@
  * When a claim's output goes away its surfaces are unmapped (off screen, keeping their
  * state); when an output of that name comes back they are mapped again.
  *
+ * Confinement. Each output has its own weston layer whose mask is the output's rectangle
+ * in global space, and a claimed view is shown only in its output's layer. libweston
+ * clips a view's bounding box to its layer's mask, and that box is what is painted and
+ * what input picking tests, so no pixel of the client lands on, and no pointer or touch
+ * event comes from, any other output, however large its buffer is against the window
+ * geometry it declares. Subsurfaces are clipped by their parent's layer; popups are kept in
+ * their parent's layer by libweston-desktop (weston_desktop_surface_propagate_layer).
+ *
  * Policy for clients of the main Wayland socket (weston's own `--socket`): they are
  * connected and configured normally, but their windows are shown on NO output. Only the
  * operator's probe and tools use that socket; consumers reach the compositor only through
@@ -175,6 +183,8 @@ struct layout_output {
 	struct layout *layout;
 	struct weston_output *output;
 	struct weston_curtain *background;
+	/* The claimed views shown on this output, masked to its rectangle. */
+	struct weston_layer layer;
 };
 
 /* An output as the capture client sees it: its wl_output, its capture source and the
@@ -218,6 +228,7 @@ struct layout_surface {
 	struct weston_desktop_surface *desktop_surface;
 	struct weston_view *view;
 	struct claim *claim;
+	struct layout_output *shown_on;	/* whose layer holds the view, NULL when hidden */
 	bool committed;
 	int32_t sized_w, sized_h;
 };
@@ -225,7 +236,6 @@ struct layout_surface {
 struct layout {
 	struct weston_compositor *compositor;
 	struct weston_desktop *desktop;
-	struct weston_layer surface_layer;
 	struct weston_layer background_layer;
 	struct wl_list claims;
 	struct wl_list outputs;
@@ -274,6 +284,8 @@ hide_surface(struct layout_surface *ls)
 {
 	if (weston_view_is_mapped(ls->view))
 		weston_view_move_to_layer(ls->view, NULL);
+	weston_desktop_surface_propagate_layer(ls->desktop_surface);
+	ls->shown_on = NULL;
 }
 
 static void
@@ -291,13 +303,15 @@ static void
 place_surface(struct layout_surface *ls)
 {
 	struct weston_output *output;
+	struct layout_output *lo;
 	struct weston_surface *surface;
 	struct weston_geometry geometry;
 	struct weston_coord_global pos;
 	bool newly_mapped;
 
 	output = ls->claim ? find_output(ls->layout, ls->claim->output) : NULL;
-	if (!output) {
+	lo = output ? find_layout_output(ls->layout, output) : NULL;
+	if (!lo) {
 		hide_surface(ls);
 		return;
 	}
@@ -323,8 +337,13 @@ place_surface(struct layout_surface *ls)
 	if (!weston_surface_is_mapped(surface))
 		weston_surface_map(surface);
 	newly_mapped = !weston_view_is_mapped(ls->view);
-	if (newly_mapped)
-		weston_view_move_to_layer(ls->view, &ls->layout->surface_layer.view_list);
+	if (newly_mapped || ls->shown_on != lo) {
+		/* The output's layer clips the view, its subsurfaces and its popups (which
+		 * libweston-desktop keeps in their parent's layer) to the output. */
+		weston_view_move_to_layer(ls->view, &lo->layer.view_list);
+		weston_desktop_surface_propagate_layer(ls->desktop_surface);
+		ls->shown_on = lo;
+	}
 	weston_view_update_transform(ls->view);
 	weston_surface_damage(surface);
 	if (newly_mapped)
@@ -1856,6 +1875,13 @@ background_destroy(struct layout_output *lo)
 }
 
 static void
+layer_mask_to_output(struct layout_output *lo)
+{
+	weston_layer_set_mask(&lo->layer, (int)lo->output->pos.c.x, (int)lo->output->pos.c.y,
+			      lo->output->width, lo->output->height);
+}
+
+static void
 layout_output_add(struct layout *layout, struct weston_output *output)
 {
 	struct layout_output *lo;
@@ -1867,6 +1893,9 @@ layout_output_add(struct layout *layout, struct weston_output *output)
 		return;
 	lo->layout = layout;
 	lo->output = output;
+	weston_layer_init(&lo->layer, layout->compositor);
+	weston_layer_set_position(&lo->layer, WESTON_LAYER_POSITION_NORMAL);
+	layer_mask_to_output(lo);
 	background_create(lo);
 	wl_list_insert(&layout->outputs, &lo->link);
 }
@@ -1875,7 +1904,12 @@ static void
 layout_output_remove(struct layout_output *lo)
 {
 	struct conn *conn, *next;
+	struct layout_surface *ls;
 
+	wl_list_for_each(ls, &lo->layout->surfaces, link) {
+		if (ls->shown_on == lo)
+			hide_surface(ls);
+	}
 	wl_list_for_each_safe(conn, next, &lo->layout->capture.conns, link) {
 		if (conn->pending > 0 && strcmp(conn->output, lo->output->name) == 0) {
 			capture_fail_pending(conn, "output-gone", lo->output->name);
@@ -1884,6 +1918,7 @@ layout_output_remove(struct layout_output *lo)
 		}
 	}
 	background_destroy(lo);
+	weston_layer_fini(&lo->layer);
 	wl_list_remove(&lo->link);
 	free(lo);
 }
@@ -1914,6 +1949,7 @@ output_changed(struct layout *layout, struct weston_output *output)
 	struct layout_output *lo = find_layout_output(layout, output);
 
 	if (lo) {
+		layer_mask_to_output(lo);
 		background_destroy(lo);
 		background_create(lo);
 	}
@@ -1965,7 +2001,6 @@ layout_destroy(struct wl_listener *listener, void *data)
 	wl_list_remove(&layout->output_resized.link);
 	if (layout->desktop)
 		weston_desktop_destroy(layout->desktop);
-	weston_layer_fini(&layout->surface_layer);
 	weston_layer_fini(&layout->background_layer);
 	free(layout);
 }
@@ -2029,8 +2064,6 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 	layout->control.sock.fd = layout->capture.sock.fd = -1;
 	weston_layer_init(&layout->background_layer, ec);
 	weston_layer_set_position(&layout->background_layer, WESTON_LAYER_POSITION_BACKGROUND);
-	weston_layer_init(&layout->surface_layer, ec);
-	weston_layer_set_position(&layout->surface_layer, WESTON_LAYER_POSITION_NORMAL);
 
 	layout->output_created.notify = output_created;
 	wl_signal_add(&ec->output_created_signal, &layout->output_created);

@@ -33,6 +33,7 @@ from libdisplay.layout import (
 from libdisplay.processes import running
 from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
+from tests.support.hostile import Overflow, OverflowClient
 from tests.support.layout import SolidClient, Wish, capture_attempt
 from tests.support.layout_build import build_layout, layout_ini
 
@@ -814,3 +815,60 @@ def test_capture_requests_are_bounded_and_for_one_output_at_a_time(
             assert len(replies.read(header.size)) == header.size
             frames += 1
         assert errors == [b"busy", b"busy"]
+
+
+# ---------- confinement: a claim's client draws on its own output only ----------
+
+
+def _every_pixel(colour: tuple[int, int, int]) -> Callable[[Frame], bool]:
+    def check(frame: Frame) -> bool:
+        return not _off_pixels(frame, colour)
+
+    return check
+
+
+def _off_pixels(frame: Frame, colour: tuple[int, int, int]) -> int:
+    header = frame.header
+    return sum(
+        frame.rgb(x, y) != colour for y in range(header.height) for x in range(header.width)
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "output", "offset"),
+    [
+        ("wide-right", "X1", (0, 0)),
+        ("wide-left", "X2", (0, 0)),
+        ("subsurface", "X1", (X1[0], 0)),
+        ("subsurface", "X2", (-X2[0], 0)),
+        ("popup", "X1", (X1[0], 0)),
+        ("popup", "X2", (-X2[0], 0)),
+    ],
+    ids=["wide-buffer", "wide-buffer-left", "subsurface", "subsurface-negative", "popup",
+         "popup-negative"],
+)
+def test_a_client_cannot_draw_on_the_neighbouring_output(
+    two_outputs: Compositor,
+    claims: LayoutControl,
+    how: Overflow,
+    output: str,
+    offset: tuple[int, int],
+) -> None:
+    neighbour = "X2" if output == "X1" else "X1"
+    claims.create_claim_socket(two_outputs.claim_socket("h"), output, "claim-hostile")
+    claims.create_claim_socket(two_outputs.claim_socket("n"), neighbour, "claim-neighbour")
+    with SolidClient(two_outputs.claim_socket("n"), colour=GREEN) as green:
+        wait_shown(green)
+        wait_frame(two_outputs.capture, neighbour, _every_pixel(GREEN), what="all green")
+        # Mapped last, the hostile client is on top: without clipping its excess would show.
+        with OverflowClient(
+            two_outputs.claim_socket("h"), colour=RED, how=how, offset=offset
+        ) as hostile:
+            wait_shown(hostile)
+            wait_frame(two_outputs.capture, output, _every_pixel(RED), what="all red")
+            with LayoutCapture(two_outputs.capture, timeout=WAIT_S) as capture:
+                for _ in range(3):
+                    frame = capture.frame(neighbour)
+                    off = _off_pixels(frame, GREEN)
+                    print(f"{how} on {output}: {off} of {neighbour}'s pixels not green")
+                    assert off == 0, f"{off} pixels of {neighbour} were overdrawn"
