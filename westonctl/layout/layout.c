@@ -44,6 +44,16 @@
  * wl_client of that claim. REMOVE disconnects the claim's clients, closes and unlinks
  * its socket. Claims live only as long as the compositor: the operator recreates them.
  *
+ * What a claim's client may cost. A claim socket holds at most 32 clients at once
+ * (MAX_CLAIM_CLIENTS); connections past that are closed as soon as they are accepted, and
+ * the first refusal is logged (`layout: claim <claim>: 32 clients connected, refusing
+ * more`). Each client may hold at most 8192 live protocol objects (MAX_CLIENT_OBJECTS):
+ * a resource-created listener counts the client's objects every 1024 creations, and a
+ * client found over the limit gets wl_display's no-memory error and is disconnected, with
+ * the log line `layout: claim <claim>: client pid <pid> holds <n> protocol objects, over
+ * the limit of 8192: disconnecting it`. So one claim's clients hold at most
+ * 32 x (8192 + 1024) objects, a few tens of MiB of the compositor's memory.
+ *
  * Capture socket (`[layout] capture-socket=PATH`, mode 0660). Greeting `LAYOUT-CAPTURE 1`.
  * Each `FRAME <output> [<max-width>x<max-height>]` line is answered by exactly one reply:
  * either `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long, io) or
@@ -107,6 +117,12 @@
 #define LINE_MAX_BYTES 1024
 #define TEXT_QUEUE_MAX (64 * 1024)
 #define MAX_CONNECTIONS 32
+/* Per claim socket: at most this many clients at once; each of them holds at most
+ * MAX_CLIENT_OBJECTS live protocol objects (counted every OBJECT_RECOUNT creations, so a
+ * client may overshoot by less than that before it is disconnected). */
+#define MAX_CLAIM_CLIENTS 32
+#define MAX_CLIENT_OBJECTS 8192
+#define OBJECT_RECOUNT 1024
 #define MAX_PENDING_FRAMES 16
 #define CLAIM_MAX 128
 #define OUTPUT_NAME_MAX 63
@@ -169,6 +185,7 @@ struct claim {
 	char output[OUTPUT_NAME_MAX + 1];
 	struct listener_socket sock;
 	struct wl_list clients;
+	bool refusing;	/* at MAX_CLAIM_CLIENTS, logged once until a client is accepted */
 };
 
 struct claim_client {
@@ -176,6 +193,9 @@ struct claim_client {
 	struct claim *claim;
 	struct wl_client *client;
 	struct wl_listener destroy;
+	struct wl_listener resource_created;
+	unsigned created;	/* objects created since the last count */
+	bool over;		/* disconnect posted */
 };
 
 struct layout_output {
@@ -665,8 +685,45 @@ claim_client_destroyed(struct wl_listener *listener, void *data)
 
 	(void)data;
 	wl_list_remove(&cc->destroy.link);
+	wl_list_remove(&cc->resource_created.link);
 	wl_list_remove(&cc->link);
 	free(cc);
+}
+
+static enum wl_iterator_result
+count_resource(struct wl_resource *resource, void *data)
+{
+	size_t *count = data;
+
+	(void)resource;
+	(*count)++;
+	return WL_ITERATOR_CONTINUE;
+}
+
+/* Every protocol object a claim's client creates passes here. Every OBJECT_RECOUNT of them
+ * its live objects are counted; past MAX_CLIENT_OBJECTS the client gets a no-memory error,
+ * and libwayland destroys it once the request being dispatched returns (destroying it here,
+ * inside the request, is not safe). */
+static void
+claim_client_resource_created(struct wl_listener *listener, void *data)
+{
+	struct claim_client *cc = wl_container_of(listener, cc, resource_created);
+	size_t live = 0;
+	pid_t pid = 0;
+
+	(void)data;
+	if (cc->over || ++cc->created < OBJECT_RECOUNT)
+		return;
+	cc->created = 0;
+	wl_client_for_each_resource(cc->client, count_resource, &live);
+	if (live <= MAX_CLIENT_OBJECTS)
+		return;
+	cc->over = true;
+	wl_client_get_credentials(cc->client, &pid, NULL, NULL);
+	weston_log("layout: claim %s: client pid %d holds %zu protocol objects, over the limit "
+		   "of %d: disconnecting it\n", cc->claim->name, (int)pid, live,
+		   MAX_CLIENT_OBJECTS);
+	wl_client_post_no_memory(cc->client);
 }
 
 static int
@@ -682,6 +739,15 @@ claim_socket_readable(int fd, uint32_t mask, void *data)
 		cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 		if (cfd < 0)
 			break;
+		if (wl_list_length(&claim->clients) >= MAX_CLAIM_CLIENTS) {
+			if (!claim->refusing)
+				weston_log("layout: claim %s: %d clients connected, refusing more\n",
+					   claim->name, MAX_CLAIM_CLIENTS);
+			claim->refusing = true;
+			close(cfd);
+			continue;
+		}
+		claim->refusing = false;
 		cc = calloc(1, sizeof *cc);
 		if (!cc) {
 			close(cfd);
@@ -697,6 +763,8 @@ claim_socket_readable(int fd, uint32_t mask, void *data)
 		cc->claim = claim;
 		cc->destroy.notify = claim_client_destroyed;
 		wl_client_add_destroy_listener(client, &cc->destroy);
+		cc->resource_created.notify = claim_client_resource_created;
+		wl_client_add_resource_created_listener(client, &cc->resource_created);
 		wl_list_insert(&claim->clients, &cc->link);
 	}
 	return 0;

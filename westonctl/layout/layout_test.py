@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -33,7 +34,7 @@ from libdisplay.layout import (
 from libdisplay.processes import running
 from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
-from tests.support.hostile import Overflow, OverflowClient
+from tests.support.hostile import Overflow, OverflowClient, region_flood
 from tests.support.layout import SolidClient, Wish, capture_attempt
 from tests.support.layout_build import build_layout, layout_ini
 
@@ -872,3 +873,96 @@ def test_a_client_cannot_draw_on_the_neighbouring_output(
                     off = _off_pixels(frame, GREEN)
                     print(f"{how} on {output}: {off} of {neighbour}'s pixels not green")
                     assert off == 0, f"{off} pixels of {neighbour} were overdrawn"
+
+
+# ---------- bounds: what one claim's client may cost the compositor ----------
+
+FLOOD = 500_000
+
+
+def _weston_pid(root: int) -> int:
+    """The weston process at or under `root` (it may run under trixie-run's sandbox)."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "weston":
+                return pid
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    pytest.fail(f"no weston process under pid {root}")
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    pytest.fail(f"no VmRSS for pid {pid}")
+
+
+def test_a_request_flood_disconnects_the_client_and_weston_stays_small(
+    two_outputs: Compositor, claims: LayoutControl
+) -> None:
+    flood_path = two_outputs.claim_socket("f")
+    claims.create_claim_socket(flood_path, "X1", "claim-flood")
+    claims.create_claim_socket(two_outputs.claim_socket("n"), "X2", "claim-neighbour")
+    with SolidClient(two_outputs.claim_socket("n"), colour=GREEN) as green:
+        wait_shown(green)
+        wait_frame(two_outputs.capture, "X2", _every_pixel(GREEN), what="all green")
+        pid = _weston_pid(two_outputs.weston.process.pid)
+        before = _rss_kib(pid)
+        started = time.monotonic()
+        sent, closed = region_flood(flood_path, count=FLOOD, timeout=WAIT_S)
+        elapsed = time.monotonic() - started
+        after = _rss_kib(pid)
+        print(
+            f"create_region flood: {sent} of {FLOOD} sent in {elapsed:.1f} s, "
+            f"disconnected={closed}; weston RSS {before} KiB -> {after} KiB"
+        )
+        assert closed, f"the flooding client was not disconnected after {sent} requests"
+        assert sent < FLOOD
+        assert after - before < 32 * 1024, f"weston grew from {before} to {after} KiB"
+        assert "layout: claim claim-flood: client pid" in two_outputs.weston.process.log_text()
+        # The other claim still draws, and the flooded claim still takes well-behaved clients.
+        wait_frame(two_outputs.capture, "X2", _every_pixel(GREEN), what="all green")
+        with SolidClient(flood_path, colour=RED):
+            wait_frame(two_outputs.capture, "X1", _every_pixel(RED), what="all red")
+        wait_frame(two_outputs.capture, "X2", _every_pixel(GREEN), what="still all green")
+
+
+def _wayland_answers(sock: socket.socket) -> bool:
+    """Send wl_display.sync; True when the callback's done comes back, False on close."""
+    try:
+        sock.sendall(struct.pack("<III", 1, 12 << 16, 2))
+        data = b""
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return False
+            data += chunk
+            # Events: wl_callback(2).done, wl_display.delete_id(2); done is enough.
+            for offset in range(0, len(data) - 7, 4):
+                if data[offset : offset + 4] == struct.pack("<I", 2):
+                    return True
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+
+
+def test_connections_past_the_cap_on_a_claim_socket_are_refused(
+    two_outputs: Compositor, claims: LayoutControl
+) -> None:
+    path = two_outputs.claim_socket("c")
+    claims.create_claim_socket(path, "X1", "claim-capped")
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(_raw(path)) for _ in range(40)]
+        answered = sum(_wayland_answers(sock) for sock in socks)
+        print(f"claim socket: {answered} of {len(socks)} connections held")
+        assert answered == 32
+        (listed,) = claims.list_claim_sockets()
+        assert listed.clients == 32
+        assert "layout: claim claim-capped: 32 clients connected" in (
+            two_outputs.weston.process.log_text()
+        )
+    # Once they are gone, new clients are taken again.
+    with SolidClient(path, colour=RED):
+        wait_frame(two_outputs.capture, "X1", _every_pixel(RED), what="all red")
