@@ -13,9 +13,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx2  # pants: no-infer-dep - lightkube's own HTTP library, installed with it
-from lightkube.core.exceptions import ApiError
-
 from libdisplay.kubeerrors import ApiCallError, status_error, transport_error
 
 T = TypeVar("T")
@@ -23,6 +20,10 @@ T = TypeVar("T")
 
 def from_lightkube(err: BaseException, operation: str) -> ApiCallError | None:
     """The ApiCallError for an error lightkube raised; None for anything else (a bug)."""
+    # Here, not at the top: the sync client's module stays light until a call fails.
+    import httpx2  # pants: no-infer-dep - lightkube's own HTTP library, installed with it
+    from lightkube.core.exceptions import ApiError
+
     if isinstance(err, ApiCallError):
         return err
     if isinstance(err, ApiError):
