@@ -17,7 +17,13 @@ from typing import Any
 from draplugin.checkpoint import Checkpoint
 from draplugin.node.displays import ClaimRef
 from draplugin.node.retry import Backoff
-from draplugin.node.runtime import NodeConfig, NodeRuntime, NodeThread, async_client
+from draplugin.node.runtime import (
+    NodeConfig,
+    NodeRuntime,
+    NodeThread,
+    NodeThreadError,
+    async_client,
+)
 from draplugin.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,7 +70,10 @@ class Publisher:
     def rescan(self) -> None:
         """Re-read sysfs now, as a uevent would make it (SIGHUP)."""
         log.info("re-reading sysfs on request")
-        self.thread.submit(self.runtime.supervise(self.runtime.rescan()))
+        try:
+            self.thread.submit(self.runtime.supervise(self.runtime.rescan()))
+        except NodeThreadError as err:  # the publisher ended: the process is exiting
+            log.warning("cannot re-read sysfs: %s", err)
 
     def stop(self) -> None:
         self.metrics_server.shutdown()

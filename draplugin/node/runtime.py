@@ -363,9 +363,14 @@ class NodeThread:
         return self._runtime
 
     def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        if self._loop is None:
+        if self._loop is None or self._loop.is_closed() or not self._thread.is_alive():
+            work.close()
             raise NodeThreadError("the node publisher is not running")
-        return asyncio.run_coroutine_threadsafe(work, self._loop)
+        try:
+            return asyncio.run_coroutine_threadsafe(work, self._loop)
+        except RuntimeError as err:  # the loop closed since the check
+            work.close()
+            raise NodeThreadError(f"the node publisher is not running: {err}") from err
 
     def stop(self, *, timeout: float = 5.0) -> None:
         """Cancel the runtime and join the thread; NodeThreadError if it outlives `timeout`."""
