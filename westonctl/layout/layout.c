@@ -37,11 +37,18 @@
  * Errors: `ERR <code> <text>` with code one of bad-request, bad-claim, bad-output,
  * bad-path, exists, not-found, io, too-long. A line over the limit gets `ERR too-long`
  * and the connection is closed. <claim> is 1..128 of [A-Za-z0-9._-]; <output> is 1..63
- * printable non-space bytes; <socket-path> is absolute and fits sockaddr_un. CREATE binds
- * the path (replacing a stale socket there, never any other kind of file), makes it mode
- * 0666 so a non-root consumer may connect (access is governed by the per-claim directory
- * the consumer's CDI spec mounts), and listens on it; every connection becomes a
- * wl_client of that claim. REMOVE disconnects the claim's clients, closes and unlinks
+ * printable non-space bytes; <socket-path> is absolute and fits sockaddr_un.
+ * With `[layout] claims-dir=DIR` (absolute), <socket-path> must also lie under DIR: its
+ * last component a name other than . or .., and its parent directory, with symlinks
+ * resolved, DIR itself (resolved) or a directory below it; anything else is
+ * `ERR bad-path` and touches no file. Without the key CREATE takes any absolute path and
+ * the module logs a warning at start. CREATE binds the path (replacing a stale socket
+ * there, never any other kind of file, a symlink included) with mode 0666 so a non-root
+ * consumer may connect (access is governed by the per-claim directory the consumer's CDI
+ * spec mounts), and listens on it; every connection becomes a wl_client of that claim.
+ * Socket modes (0666 here, 0660 for the control and capture sockets) come from the umask
+ * in force around bind(), which creates the node and follows no symlink; no path is ever
+ * chmod()ed. REMOVE disconnects the claim's clients, closes and unlinks
  * its socket. Claims live only as long as the compositor: the operator recreates them.
  *
  * What a claim's client may cost. A claim socket holds at most 32 clients at once
@@ -263,6 +270,7 @@ struct layout {
 	struct server control;
 	struct server capture;
 	struct capturer capturer;
+	char *claims_dir;	/* [layout] claims-dir, no trailing '/'; NULL: any path */
 	struct wl_listener destroy;
 	struct wl_listener output_created;
 	struct wl_listener output_destroyed;
@@ -638,7 +646,8 @@ listener_socket_open(struct listener_socket *sock, const char *path, mode_t mode
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	struct stat st;
-	int fd;
+	mode_t old_umask;
+	int fd, bound, bind_errno;
 
 	sock->fd = -1;
 	sock->source = NULL;
@@ -662,13 +671,20 @@ listener_socket_open(struct listener_socket *sock, const char *path, mode_t mode
 		*why = "socket() failed";
 		return -1;
 	}
-	if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
-		*why = errno == ENOENT ? "parent directory does not exist" : "bind() failed";
+	/* bind() creates the node with 0777 & ~umask and follows no symlink (an existing
+	 * name, a symlink included, fails with EADDRINUSE), so the mode is set by the umask
+	 * around it and never by a chmod() of the path, which would follow one. */
+	old_umask = umask(~mode & 0777);
+	bound = bind(fd, (struct sockaddr *)&addr, sizeof addr);
+	bind_errno = errno;
+	umask(old_umask);
+	if (bound < 0) {
+		*why = bind_errno == ENOENT ? "parent directory does not exist" : "bind() failed";
 		close(fd);
 		return -1;
 	}
-	if (chmod(path, mode) < 0 || listen(fd, 128) < 0) {
-		*why = "chmod() or listen() failed";
+	if (listen(fd, 128) < 0) {
+		*why = "listen() failed";
 		close(fd);
 		unlink(path);
 		return -1;
@@ -872,6 +888,41 @@ split_words(char *line, char **words, int max)
 	}
 }
 
+/* NULL when `path` may be a claim's socket: with a claims directory configured, its last
+ * component is a name (not . or ..) and its parent directory, symlinks resolved, is the
+ * claims directory (resolved too) or one below it. Otherwise why not. */
+static const char *
+outside_claims_dir(struct layout *layout, const char *path)
+{
+	const char *slash = strrchr(path, '/'), *base = slash + 1;
+	char *parent, *resolved = NULL, *root = NULL;
+	const char *why = NULL;
+	size_t n;
+
+	if (!layout->claims_dir)
+		return NULL;
+	if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+		return "the socket's name must not be empty, . or ..";
+	parent = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+	if (!parent)
+		return "out of memory";
+	root = realpath(layout->claims_dir, NULL);
+	resolved = realpath(parent, NULL);
+	if (!root)
+		why = "the claims directory does not exist";
+	else if (!resolved)
+		why = "the socket's directory does not exist";
+	if (!why) {
+		n = strcmp(root, "/") == 0 ? 0 : strlen(root);
+		if (strncmp(resolved, root, n) != 0 || (resolved[n] != '\0' && resolved[n] != '/'))
+			why = "the socket must be under the claims directory";
+	}
+	free(parent);
+	free(root);
+	free(resolved);
+	return why;
+}
+
 static bool
 path_in_use(struct layout *layout, const char *path)
 {
@@ -904,6 +955,10 @@ control_create(struct conn *conn, char **w)
 		return conn_printf(conn, "ERR bad-path socket path must be absolute, printable, "
 				   "shorter than %zu bytes\n",
 				   sizeof(((struct sockaddr_un *)0)->sun_path));
+	why = outside_claims_dir(layout, w[3]);
+	if (why)
+		return conn_printf(conn, "ERR bad-path %s: %s (claims directory %s)\n", w[3],
+				   why, layout->claims_dir);
 	claim = find_claim(layout, w[1]);
 	if (claim) {
 		if (strcmp(claim->output, w[2]) == 0 && strcmp(claim->sock.path, w[3]) == 0)
@@ -2070,7 +2125,33 @@ layout_destroy(struct wl_listener *listener, void *data)
 	if (layout->desktop)
 		weston_desktop_destroy(layout->desktop);
 	weston_layer_fini(&layout->background_layer);
+	free(layout->claims_dir);
 	free(layout);
+}
+
+static int
+read_claims_dir(struct layout *layout, struct weston_config_section *section)
+{
+	char *dir = NULL;
+	size_t n;
+
+	weston_config_section_get_string(section, "claims-dir", &dir, NULL);
+	if (!dir) {
+		weston_log("layout: warning: no [layout] claims-dir= in weston.ini: CREATE accepts "
+			   "a socket at any absolute path\n");
+		return 0;
+	}
+	if (dir[0] != '/') {
+		weston_log("layout: [layout] claims-dir=%s: must be an absolute path\n", dir);
+		free(dir);
+		return -1;
+	}
+	n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		dir[--n] = '\0';
+	layout->claims_dir = dir;
+	weston_log("layout: claim sockets only under %s\n", dir);
+	return 0;
 }
 
 static int
@@ -2148,6 +2229,8 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 	if (!layout->desktop)
 		goto fail;
 	section = weston_config_get_section(wet_get_config(ec), "layout", NULL, NULL);
+	if (read_claims_dir(layout, section) < 0)
+		goto fail;
 	if (open_server(layout, section, "control-socket", &layout->control, CONN_CONTROL) < 0 ||
 	    open_server(layout, section, "capture-socket", &layout->capture, CONN_CAPTURE) < 0)
 		goto fail;

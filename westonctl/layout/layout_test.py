@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import tempfile
@@ -776,6 +777,19 @@ def _asan_session(compositor: Compositor) -> SolidClient:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     huge.sendall(os.urandom(64 * 1024))
                 wait_frame(compositor.capture, "headless", lambda _f: True, what="a frame")
+            # Over the object limit: disconnected from inside request dispatch.
+            _sent, closed = region_flood(compositor.claim_socket("a"), count=50_000, timeout=WAIT_S)
+            assert closed
+            # Past the connection cap, and a popup and a subsurface clipped by the layer.
+            with contextlib.ExitStack() as stack:
+                socks = [stack.enter_context(_raw(compositor.claim_socket("a"))) for _ in range(34)]
+                assert sum(_wayland_answers(sock) for sock in socks) == 31
+            for how in ("popup", "subsurface"):
+                with OverflowClient(
+                    compositor.claim_socket("a"), colour=BLUE, how=how, offset=(-20, -20)
+                ) as hostile:
+                    wait_shown(hostile)
+                    wait_frame(compositor.capture, "headless", all_one(BLUE), what="blue")
         _wait_clients(control, "claim-a", 0)
         assert control.remove_claim_socket("claim-a") is True
         # claim-b stays, with a client, so that shutdown tears both down.
@@ -966,3 +980,79 @@ def test_connections_past_the_cap_on_a_claim_socket_are_refused(
     # Once they are gone, new clients are taken again.
     with SolidClient(path, colour=RED):
         wait_frame(two_outputs.capture, "X1", _every_pixel(RED), what="all red")
+
+
+# ---------- the control socket: claim sockets only under the claims directory ----------
+
+
+@pytest.fixture(scope="module")
+def confined(layout_so: Path) -> Iterator[Compositor]:
+    """One headless output; `[layout] claims-dir=` is `<sockets>/claims`."""
+    with _sockets_dir() as sockets:
+        (sockets / "claims").mkdir()
+        config = layout_ini(sockets) + f"claims-dir={sockets / 'claims'}/\n"
+        with weston_support.headless(
+            size=HEADLESS, config=config, args=[f"--shell={layout_so}"]
+        ) as w:
+            yield Compositor(weston=w, sockets=sockets)
+
+
+def _escapes(compositor: Compositor) -> dict[str, Path]:
+    sockets = compositor.sockets
+    outside = sockets / "outside"
+    outside.mkdir(exist_ok=True)
+    link = sockets / "claims" / "link"
+    if not link.is_symlink():
+        link.symlink_to(outside)
+    return {
+        "westons-own-socket": compositor.weston.socket,
+        "control-socket": compositor.control,
+        "sibling": sockets / "beside.sock",
+        "dot-dot": sockets / "claims" / ".." / "outside" / "up.sock",
+        "symlinked-dir": link / "through.sock",
+    }
+
+
+@pytest.mark.parametrize(
+    "target", ["westons-own-socket", "control-socket", "sibling", "dot-dot", "symlinked-dir"]
+)
+def test_create_outside_the_claims_dir_is_refused(confined: Compositor, target: str) -> None:
+    path = _escapes(confined)[target]
+    before = path.lstat() if os.path.lexists(path) else None
+    with LayoutControl(confined.control) as control:
+        try:
+            with pytest.raises(LayoutReplyError) as caught:
+                control.create_claim_socket(path, "headless", "claim-escape")
+            assert caught.value.code == "bad-path", caught.value
+            assert control.list_claim_sockets() == ()
+        finally:
+            for listed in control.list_claim_sockets():
+                control.remove_claim_socket(listed.claim_uid)
+    after = path.lstat() if os.path.lexists(path) else None
+    assert (before and (before.st_ino, before.st_mode)) == (after and (after.st_ino, after.st_mode))
+    assert list((confined.sockets / "outside").iterdir()) == []
+    _answers(confined)
+
+
+def test_create_under_the_claims_dir_makes_a_world_connectable_socket(
+    confined: Compositor,
+) -> None:
+    claim_dir = confined.sockets / "claims" / "uid-1"
+    claim_dir.mkdir()
+    path = claim_dir / "wayland-0"
+    with LayoutControl(confined.control) as control:
+        control.create_claim_socket(path, "headless", "uid-1.dev")
+        try:
+            assert stat.S_ISSOCK(path.lstat().st_mode)
+            assert path.lstat().st_mode & 0o777 == 0o666
+            assert confined.control.lstat().st_mode & 0o777 == 0o660
+            with SolidClient(path, colour=RED):
+                wait_frame(confined.capture, "headless", all_one(RED), what="red")
+        finally:
+            control.remove_claim_socket("uid-1.dev")
+    assert not path.exists()
+    assert "layout: claim sockets only under" in confined.weston.process.log_text()
+
+
+def test_without_claims_dir_create_takes_any_path_and_says_so(two_outputs: Compositor) -> None:
+    assert "no [layout] claims-dir=" in two_outputs.weston.process.log_text()
