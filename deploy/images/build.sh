@@ -17,6 +17,8 @@
 #
 # usage: deploy/images/build.sh [--registry REGISTRY] [--tag TAG] [--dry-run]
 #   --dry-run prints the commands instead of running them.
+# openssl is in the capture base because capture makes its start-up TLS leaf
+# with the openssl command.
 set -euo pipefail
 
 registry=ghcr.io/liken-sh
@@ -39,6 +41,9 @@ if [[ -z $tag ]]; then
   [[ -n $tag ]] || { echo "build.sh: no __version__ in libdisplay/__init__.py" >&2; exit 1; }
 fi
 sources=${DEBIAN_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+# podman's settings for these machines, unless the caller has its own.
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$images/podman/containers.conf}
+export CONTAINERS_STORAGE_CONF=${CONTAINERS_STORAGE_CONF:-$images/podman/storage.conf}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -61,7 +66,7 @@ declare -A base_packages=(
   [operator]="python3.11,weston,wayland-utils"
   [weston]="python3.13,weston,wayland-utils"
   [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
-  [ffmpeg]="python3.11,ffmpeg,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
+  [ffmpeg]="python3.11,ffmpeg,openssl,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
   [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil"
 )
 declare -A base_suite=(
@@ -80,15 +85,18 @@ sources_for() {
   fi
 }
 
+# A base is tagged with its suite and a digest of what makes it, so a changed
+# package list makes a new base and an unchanged one is reused.
 base() {
-  local name=$1 suite=${base_suite[$1]}
-  local image="localhost/display-base-$name:$suite"
+  local name=$1 suite=${base_suite[$1]} digest
+  digest=$(printf '%s\n' "$suite" "${base_packages[$name]}" | sha256sum | cut -c1-12)
+  local image="localhost/display-base-$name:$suite-$digest"
   if ! $dry_run && podman image exists "$image"; then
     echo "$image"
     return
   fi
   local rootfs
-  rootfs=$(mktemp --suffix=.tar)
+  rootfs="$work/base-$name.tar"
   run mmdebstrap --variant=essential --include="${base_packages[$name]}" \
     --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/doc/*' \

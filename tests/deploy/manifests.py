@@ -187,7 +187,7 @@ def build_plan() -> dict[str, ImageBuild]:
 
 def base_packages(base_image: str) -> set[str]:
     """The Debian packages build.sh puts in a base image (localhost/display-base-NAME:TAG)."""
-    match = re.fullmatch(r"localhost/display-base-([a-z-]+):[a-z]+", base_image)
+    match = re.fullmatch(r"localhost/display-base-([a-z-]+):[a-z]+-[0-9a-f]{12}", base_image)
     if match is None:
         raise ManifestError(f"{base_image!r} is not a base build.sh makes")
     text = (IMAGES / "build.sh").read_text()
