@@ -47,6 +47,15 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
 )
 @output_alias_option
 @shell_option
+@click.option(
+    "--runtime-dir",
+    envvar="WESTON_RUNTIME_DIR",
+    default="/var/run/display.liken.sh",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="weston's runtime dir as weston sees it; the layout module accepts claims' sockets"
+    " only under its claims/ (env WESTON_RUNTIME_DIR).",
+)
 @click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
 def declare_cmd(
     sysfs_root: Path,
@@ -58,6 +67,7 @@ def declare_cmd(
     api_timeout: float,
     output_alias: tuple[str, ...],
     shell: str,
+    runtime_dir: Path,
     dry_run: bool,
 ) -> None:
     """Write weston.ini for the claimed card's connectors (the main mode); exits 0.
@@ -88,6 +98,7 @@ def declare_cmd(
         api_timeout_s=api_timeout,
         aliases=output_aliases(output_alias),
         shell=shell,
+        runtime_dir=runtime_dir,
     )
     try:
         if dry_run:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from libdisplay import display, drm, fsutil, kubeapi
 from libdisplay.outputs import (
+    CLAIMS_DIR,
     DEFAULT_CORE,
     LAYOUT_SHELL,
     Choice,
@@ -41,6 +42,8 @@ class Settings:
     aliases: Mapping[str, str]
     shell: str = LAYOUT_SHELL
     """weston's shell: the layout module, or a stock shell where it is not built."""
+    runtime_dir: Path = Path("/var/run/display.liken.sh")
+    """weston's runtime dir as weston sees it: claims' sockets go under its claims/."""
 
 
 def read_specs(
@@ -108,7 +111,8 @@ def plan(settings: Settings) -> tuple[str, tuple[Choice, ...]]:
     ini = compose_ini(
         choices,
         core=replace(DEFAULT_CORE, shell=settings.shell),
-        layout=LayoutSockets.beside(settings.config),
+        layout=LayoutSockets.beside(settings.config,
+                                    claims_dir=settings.runtime_dir / CLAIMS_DIR),
     )
     return ini.render(), choices
 

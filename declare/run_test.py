@@ -114,6 +114,8 @@ def test_each_output_starts_at_its_display_mode_and_unplugged_connectors_get_a_s
     assert "require-input=false" in text
     assert "shell=layout-shell.so" in text
     assert f"control-socket={card_root / 'etc' / 'layout.sock'}" in text
+    # Where the layout module accepts claims' sockets: weston's runtime dir, as weston sees it.
+    assert "claims-dir=/var/run/display.liken.sh/claims\n" in text
     assert {c.output.name: c.source for c in choices} == {
         "HDMI-A-1": "display",
         "DP-1": "preferred",

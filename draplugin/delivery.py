@@ -41,10 +41,10 @@ from draplugin.settings import Settings
 from libdisplay import cdi, fsutil
 from libdisplay.cdi import ClaimedOutput, SocketDelivery
 from libdisplay.layout import ClaimSocket, LayoutConnectError, LayoutControl, LayoutError
+from libdisplay.outputs import CLAIMS_DIR
 
 log = logging.getLogger(__name__)
 
-CLAIMS_DIR: Final = "claims"
 CLAIM_DIR_MODE: Final = 0o755
 CONTROL_TIMEOUT_S: Final = 5.0
 # The module is absent, not misbehaving: nothing listens, so it holds no socket to remove.

@@ -27,7 +27,13 @@ from draplugin.settings import Settings
 from libdisplay import display, drm, fsutil
 from libdisplay.display import DisplaySpec, DisplaySpecError, parse_spec
 from libdisplay.modes import Mode
-from libdisplay.outputs import DEFAULT_CORE, LayoutSockets, choose_all, compose_ini
+from libdisplay.outputs import (
+    CLAIMS_DIR,
+    DEFAULT_CORE,
+    LayoutSockets,
+    choose_all,
+    compose_ini,
+)
 from libdisplay.wayland import Liveness, probe
 from libdisplay.weston import order_restart
 
@@ -198,7 +204,8 @@ def compose(settings: Settings, kube: Kube, *, cards: Iterable[drm.Card] | None 
     return compose_ini(
         choices,
         core=replace(DEFAULT_CORE, shell=settings.shell),
-        layout=LayoutSockets.beside(settings.weston_ini),
+        layout=LayoutSockets.beside(settings.weston_ini,
+                                    claims_dir=settings.socket_dir / CLAIMS_DIR),
     ).render()
 
 

@@ -80,6 +80,7 @@ def test_claim_record_wins_over_display_spec_and_is_put_back(tmp_path: Path) -> 
     assert "mode=1920x1080@60" in first
     # What declare writes too: the layout shell, its sockets beside weston.ini.
     assert "shell=layout-shell.so" in first
+    assert f"claims-dir={s.socket_dir / 'claims'}\n" in first
     assert f"control-socket={s.weston_ini.parent / 'layout.sock'}" in first
     assert not modes.regenerate(s, kube)
 

@@ -37,20 +37,29 @@ DEFAULT_CORE = CoreConfig(
 )
 
 
+# The claims' sockets live in <weston's runtime dir>/claims/<claim uid>/ (draplugin's delivery).
+CLAIMS_DIR = "claims"
+
+
 @dataclass(frozen=True, slots=True)
 class LayoutSockets:
-    """The layout module's two sockets, in /etc/weston: out of every consumer's reach."""
+    """The layout module's two sockets, in /etc/weston: out of every consumer's reach; and the
+    directory the claims' sockets must be under (CREATE refuses any other path)."""
 
     control: Path = Path("/etc/weston/layout.sock")
     capture: Path = Path("/etc/weston/capture.sock")
+    claims_dir: Path | None = None
 
     @classmethod
-    def beside(cls, config: Path) -> LayoutSockets:
+    def beside(cls, config: Path, *, claims_dir: Path | None = None) -> LayoutSockets:
         """The sockets in the directory of weston.ini (/etc/weston in the pod)."""
-        return cls(control=config.parent / "layout.sock", capture=config.parent / "capture.sock")
+        return cls(control=config.parent / "layout.sock", capture=config.parent / "capture.sock",
+                   claims_dir=claims_dir)
 
     def section(self) -> str:
-        return f"[layout]\ncontrol-socket={self.control}\ncapture-socket={self.capture}\n"
+        claims = f"claims-dir={self.claims_dir}\n" if self.claims_dir is not None else ""
+        return (f"[layout]\ncontrol-socket={self.control}\ncapture-socket={self.capture}\n"
+                f"{claims}")
 
 
 _HEADER = (

@@ -263,6 +263,7 @@ class Node:
             f"--sysfs-root={layout.root / 'sys'}", f"--dev-root={layout.root / 'dev'}",
             f"--config={layout.weston_ini}", f"--node-name={self.options.node_name}",
             *self.cluster.child_args(), f"--shell={layout.layout_shell}", *self._aliases(),
+            f"--runtime-dir={layout.runtime_dir}",
         ]
         with (layout.logs / "declare.log").open("wb") as log_file:
             done = subprocess.run(argv, env=child_env(), stdout=log_file,
