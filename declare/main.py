@@ -14,6 +14,7 @@ from libdisplay.cli import (
     dev_root_option,
     output_alias_option,
     output_aliases,
+    runtime_dir_option,
     shell_option,
     sysfs_root_option,
     weston_config_option,
@@ -47,15 +48,7 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
 )
 @output_alias_option
 @shell_option
-@click.option(
-    "--runtime-dir",
-    envvar="WESTON_RUNTIME_DIR",
-    default="/var/run/display.liken.sh",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="weston's runtime dir as weston sees it; the layout module accepts claims' sockets"
-    " only under its claims/ (env WESTON_RUNTIME_DIR).",
-)
+@runtime_dir_option
 @click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
 def declare_cmd(
     sysfs_root: Path,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from libdisplay.outputs import LayoutSockets
+from libdisplay.outputs import LAYOUT_SHELL, LayoutSockets
 
 DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
@@ -51,7 +51,7 @@ class Settings:
     api_backoff_cap_s: float = 2.0
     """The longest delay between retries of a failed API call."""
     """/healthz fails once the publisher's loop has not completed a pass for this long."""
-    shell: str = "layout-shell.so"
+    shell: str = LAYOUT_SHELL
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"
     fault_point: str | None = None

@@ -90,6 +90,15 @@ output_alias_option = click.option(
     metavar="CONNECTOR=NAME",
     help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
 )
+runtime_dir_option = click.option(
+    "--runtime-dir",
+    envvar="WESTON_RUNTIME_DIR",
+    default="/var/run/display.liken.sh",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="weston's XDG_RUNTIME_DIR as weston sees it: the hostPath consumers mount; claims'"
+    " sockets go under its claims/ (env WESTON_RUNTIME_DIR).",
+)
 shell_option = click.option(
     "--shell",
     envvar="WESTON_SHELL",

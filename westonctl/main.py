@@ -9,23 +9,15 @@ from pathlib import Path
 
 import click
 
-from libdisplay.cli import binary_group, weston_config_option
+from libdisplay.cli import binary_group, runtime_dir_option, weston_config_option
 
-_DEFAULT_RUNTIME_DIR = "/var/run/display.liken.sh"
 _DEFAULT_SOCKET = "wayland-0"
 
 
-def _socket_path(runtime_dir: str, socket: str) -> Path:
-    return Path(socket) if socket.startswith("/") else Path(runtime_dir) / socket
+def _socket_path(runtime_dir: Path, socket: str) -> Path:
+    return Path(socket) if socket.startswith("/") else runtime_dir / socket
 
 
-_runtime_dir_option = click.option(
-    "--runtime-dir",
-    envvar="WESTON_RUNTIME_DIR",
-    default=_DEFAULT_RUNTIME_DIR,
-    show_default=True,
-    help="weston's XDG_RUNTIME_DIR: the hostPath consumers mount.",
-)
 _socket_option = click.option(
     "--socket",
     envvar="WESTON_SOCKET",
@@ -48,7 +40,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     type=click.FloatRange(min=0),
     help="Seconds to wait for the config before failing.",
 )
-@_runtime_dir_option
+@runtime_dir_option
 @_socket_option
 @click.option(
     "--backend",
@@ -89,7 +81,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
 def weston(
     config: Path,
     config_wait: float,
-    runtime_dir: str,
+    runtime_dir: Path,
     socket: str,
     backend: str,
     restarts_dir: Path,
@@ -112,7 +104,7 @@ def weston(
 
     command = WestonCommand(
         config=config,
-        runtime_dir=Path(runtime_dir),
+        runtime_dir=runtime_dir,
         socket=socket,
         backend=backend,
         log_scopes=log_scopes,
@@ -127,11 +119,11 @@ def weston(
 
 
 @cli.command()
-@_runtime_dir_option
+@runtime_dir_option
 @_socket_option
 @click.option("--timeout", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def ping(runtime_dir: str, socket: str, timeout: float, as_json: bool) -> None:
+def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """Classify the socket: answering, hung, dead or absent (exit 0 only when answering)."""
     from libdisplay.wayland import Liveness, probe
 
@@ -154,11 +146,11 @@ def ping(runtime_dir: str, socket: str, timeout: float, as_json: bool) -> None:
 
 
 @cli.command()
-@_runtime_dir_option
+@runtime_dir_option
 @_socket_option
 @click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.01))
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
-def outputs(runtime_dir: str, socket: str, timeout: float, as_json: bool) -> None:
+def outputs(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """List the outputs the compositor reports: name, make, model, mode, transform, scale."""
     from libdisplay.wayland import WaylandError, list_outputs
 

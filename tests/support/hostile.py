@@ -8,7 +8,6 @@ its toplevel, or an xdg_popup offset beside it. `region_flood` sends a bounded f
 
 from __future__ import annotations
 
-import mmap
 import os
 import socket
 import threading
@@ -21,12 +20,9 @@ from tests.support.layout import SolidClient, _encode, _message
 
 Overflow = Literal["wide-right", "wide-left", "subsurface", "popup"]
 
-_XRGB8888 = 1
 _SYNC, _GET_REGISTRY = 0, 1
 _REGISTRY_BIND = 0
 _COMPOSITOR_CREATE_SURFACE, _COMPOSITOR_CREATE_REGION = 0, 1
-_SHM_CREATE_POOL = 0
-_POOL_CREATE_BUFFER = 0
 _SURFACE_ATTACH, _SURFACE_DAMAGE, _SURFACE_COMMIT = 1, 2, 6
 _SUBCOMPOSITOR_GET_SUBSURFACE = 1
 _SUBSURFACE_SET_POSITION = 1
@@ -73,23 +69,6 @@ class OverflowClient(SolidClient):
         if self.how == "subsurface":
             self._ids["subcompositor"] = self._bind("wl_subcompositor", 1)
         super()._bind_and_create()
-
-    def _buffer(self, width: int, height: int) -> int:
-        stride = width * 4
-        size = stride * height
-        red, green, blue = self.colour
-        fd = os.memfd_create("overflow", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)
-            with mmap.mmap(fd, size) as pixels:
-                pixels.write(bytes((blue, green, red, 0xFF)) * (width * height))
-            pool = self._new()
-            self._send(self._ids["shm"], _SHM_CREATE_POOL, pool, size, fd=fd)
-        finally:
-            os.close(fd)
-        buffer = self._new()
-        self._send(pool, _POOL_CREATE_BUFFER, buffer, 0, width, height, stride, _XRGB8888)
-        return buffer
 
     def _show(self, surface: int, buffer: int, width: int, height: int) -> None:
         self._send(surface, _SURFACE_ATTACH, buffer, 0, 0)

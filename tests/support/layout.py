@@ -265,7 +265,8 @@ class SolidClient:
         if not self._shown_callback:
             self._shown_callback = self._sync(self.shown.set)
 
-    def _attach(self, width: int, height: int) -> None:
+    def _buffer(self, width: int, height: int) -> int:
+        """A new wl_buffer of `width` x `height` pixels of this client's colour."""
         stride = width * 4
         size = stride * height
         red, green, blue = self.colour
@@ -280,6 +281,10 @@ class SolidClient:
             os.close(fd)
         buffer = self._new()
         self._send(pool, _POOL_CREATE_BUFFER, buffer, 0, width, height, stride, _XRGB8888)
+        return buffer
+
+    def _attach(self, width: int, height: int) -> None:
+        buffer = self._buffer(width, height)
         self._send(self._ids["surface"], _SURFACE_ATTACH, buffer, 0, 0)
         self._send(self._ids["surface"], _SURFACE_DAMAGE, 0, 0, width, height)
         self._drawn = (width, height)
