@@ -6,9 +6,10 @@ slow answer on a loaded node is not an outage, and each flap would rewrite the s
 The listeners hear each change once (taint the devices, report them Unhealthy, refuse
 prepares; and the reverse when it answers again). HUNG (connected
 but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston named
-by the pid file westonctl writes, after checking `/proc/<pid>/comm` says weston, so a stale
-pid file never kills a stranger. A stopped process takes no SIGTERM, and a hang is a crash:
-no restart order is written, so westonctl exits and the kubelet counts the restart. DEAD or
+by the pid file westonctl writes, once `libdisplay.westonpid` found it names a weston of this
+pid namespace, so a stale pid file never kills a stranger. A stopped process takes no
+SIGTERM, and a hang is a crash: no restart order is written, so westonctl exits and the
+kubelet counts the restart. DEAD or
 ABSENT means there is nothing to kill: westonctl and the kubelet are already restarting it.
 
 A crash and restart quicker than one probe interval never shows as unavailable, yet the new
@@ -26,12 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from libdisplay import westonpid
 from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
 
 log = logging.getLogger(__name__)
 
-PID_FILE = Path("/etc/weston/weston.pid")
-COMPOSITOR_COMM = "weston"
+PID_FILE = westonpid.PID_FILE
 
 
 class WatchdogError(Exception):
@@ -56,21 +57,12 @@ Killer = Callable[[int, int], None]
 
 
 def compositor_pid(pid_file: Path, *, proc: Path = Path("/proc")) -> int:
-    """The pid in `pid_file`, checked to be a live weston through `/proc/<pid>/comm`."""
+    """The pid in `pid_file`, checked to be a live weston of this pid namespace
+    (`libdisplay.westonpid`, the one reader of the pid file)."""
     try:
-        text = pid_file.read_text().strip()
-    except OSError as err:
-        raise NoCompositorPidError(f"cannot read the pid file {pid_file}: {err}") from err
-    if not text.isdecimal() or int(text) <= 1:
-        raise NoCompositorPidError(f"pid file {pid_file} holds {text!r}, not a pid")
-    pid = int(text)
-    try:
-        comm = (proc / str(pid) / "comm").read_text().strip()
-    except OSError as err:
-        raise NoCompositorPidError(f"pid {pid} from {pid_file} is not running: {err}") from err
-    if comm != COMPOSITOR_COMM:
-        raise NoCompositorPidError(f"pid {pid} from {pid_file} is {comm!r}, not weston")
-    return pid
+        return westonpid.read_weston_pid(pid_file, proc=proc)
+    except westonpid.WestonPidError as err:
+        raise NoCompositorPidError(str(err)) from err
 
 
 class Watchdog:
