@@ -1,0 +1,85 @@
+"""Toy pods for the runner's tests (`toy_pod` in conftest.py): a template from YAML, run
+with bwrap from the images' bases, reaped whatever happens."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from simnode.pod import manifest
+from simnode.pod.assemble import Assembler, Machine
+from simnode.pod.launcher import BwrapLauncher
+from simnode.pod.runner import PodRunner
+from simnode.pod.volumes import PodVolumes
+
+REPO = Path(__file__).resolve().parents[2]
+DECLARE_IMAGE = "ghcr.io/liken-sh/display-declare:latest"
+WESTON_IMAGE = "ghcr.io/liken-sh/display-weston:latest"
+NODE = "toy-node"
+
+
+def toy_daemonset(spec: dict[str, Any]) -> str:
+    return yaml.safe_dump({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                           "metadata": {"name": "toy", "namespace": "toyns"},
+                           "spec": {"template": {"metadata": {"labels": {"app": "toy"}},
+                                                 "spec": spec}}})
+
+
+def wait_for(check: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.05)
+
+
+class ToyPod:
+    def __init__(self, root: Path, spec: dict[str, Any]) -> None:
+        if shutil.which("bwrap") is None or os.getuid() != 0:
+            pytest.skip("needs bwrap (build-support/install-debs) and root")
+        self.root = root
+        self.host = root / "host"
+        self.template = manifest.from_text(toy_daemonset(spec))
+        self.pod = {"metadata": {"name": "toy-abcde", "namespace": "toyns", "uid": "u-1"},
+                    "spec": {"nodeName": NODE, **self.template.spec}}
+        self.volumes = PodVolumes(self.template, host_root=self.host, pod_dir=root / "pod")
+        trixie = os.environ.get("TRIXIE_ROOT")
+        machine = Machine(repo=REPO, dist=REPO / "dist",
+                          trixie_root=Path(trixie) if trixie else None,
+                          pex_root=root / "pex-root")
+        (root / "logs").mkdir()
+        self.assembler = Assembler(self.template, machine=machine, pod=self.pod,
+                                   volumes=self.volumes, service_account=None, api=None, cdi={},
+                                   logs=root / "logs", scratch=root / "scratch")
+        self.statuses: list[dict[str, Any]] = []
+        self.runner = PodRunner(self.template, launcher=BwrapLauncher(),
+                                spec_for=self.assembler.spec, images={},
+                                on_status=self.statuses.append)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.volumes.create()
+        self.runner.start(timeout_s=timeout)
+
+    def container(self, name: str) -> dict[str, Any]:
+        status = self.runner.status()
+        for entry in status["initContainerStatuses"] + status["containerStatuses"]:
+            if entry["name"] == name:
+                return dict(entry)
+        raise KeyError(name)
+
+    def log(self, name: str) -> str:
+        return (self.root / "logs" / f"{name}.log").read_text(errors="replace")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
