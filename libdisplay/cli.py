@@ -86,9 +86,11 @@ dev_root_option = click.option(
 )
 output_alias_option = click.option(
     "--output-alias",
+    envvar="WESTON_OUTPUT_ALIASES",
     multiple=True,
     metavar="CONNECTOR=NAME",
-    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1).",
+    help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1; env"
+    " WESTON_OUTPUT_ALIASES, space-separated).",
 )
 runtime_dir_option = click.option(
     "--runtime-dir",

@@ -50,6 +50,12 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     help="weston's backend (headless-backend.so or x11-backend.so in tests).",
 )
 @click.option(
+    "--renderer",
+    envvar="WESTON_RENDERER",
+    default=None,
+    help="weston's renderer (pixman on a simulated node); default: the backend's own.",
+)
+@click.option(
     "--restarts-dir",
     envvar="WESTON_RESTARTS_DIR",
     default="/etc/weston/restarts",
@@ -84,6 +90,7 @@ def weston(
     runtime_dir: Path,
     socket: str,
     backend: str,
+    renderer: str | None,
     restarts_dir: Path,
     pid_file: Path,
     log_scopes: str,
@@ -107,6 +114,7 @@ def weston(
         runtime_dir=runtime_dir,
         socket=socket,
         backend=backend,
+        renderer=renderer,
         log_scopes=log_scopes,
         extra_args=weston_args,
     )

@@ -60,6 +60,7 @@ class WestonCommand:
     socket: str = "wayland-0"
     """The public socket's name inside runtime_dir."""
     backend: str = "drm-backend.so"
+    renderer: str | None = None
     log_scopes: str = ""
     """WESTON_LOG_SCOPES: extra debug scopes written to the log ("" = weston's default)."""
     extra_args: tuple[str, ...] = ()
@@ -73,6 +74,8 @@ class WestonCommand:
             f"--backend={self.backend}",
             f"--socket={self.socket}",
         ]
+        if self.renderer:
+            args.append(f"--renderer={self.renderer}")
         scopes = [s.strip() for s in self.log_scopes.split(",") if s.strip()]
         if scopes:
             # The flag replaces weston's default scope list, which is just "log".
