@@ -1,6 +1,9 @@
 """`python3 -m fakekube --port N`: run the fake apiserver as its own process (the simulated node).
 
 Prints its URL as the first line of stdout once it answers, then serves until SIGTERM or SIGINT.
+`--tls` serves HTTPS with its own CA and prints `ca-file=PATH` (the CA, in a temp dir removed at
+exit); `--authorize` requires bearer tokens and RBAC and prints `admin-token=TOKEN`. Those lines
+follow the URL line, in that order, before anything else.
 `--load FILE` (repeatable) creates the objects of a YAML file at start, CRDs first, so the kinds
 they define can be loaded from the same files. Fault hooks are reachable over HTTP under
 `/_fakekube/` (see `fakekube.admin`).
@@ -65,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="DRADeviceTaints off: taints in ResourceSlices are dropped")
     p.add_argument("--load", type=Path, action="append", default=[], metavar="FILE",
                    help="YAML file of objects to create at start (repeatable)")
+    p.add_argument("--tls", action="store_true", help="serve HTTPS with a CA of its own")
+    p.add_argument("--authorize", action="store_true",
+                   help="authenticate bearer tokens and authorize with RBAC objects")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return p
 
@@ -74,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fake = FakeKube(host=args.host, port=args.port, kube_version=args.kube_version,
-                    device_taints=not args.no_device_taints)
+                    device_taints=not args.no_device_taints, tls=args.tls,
+                    authorize=args.authorize)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -86,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fake.start()
     log.info("fakekube serving %s with %d loaded objects", fake.url, loaded)
-    print(fake.url, flush=True)
+    lines = [fake.url]
+    if args.tls:
+        lines.append(f"ca-file={fake.ca_path}")
+    if args.authorize:
+        lines.append(f"admin-token={fake.admin_token}")
+    print("\n".join(lines), flush=True)
     try:
         stop.wait()
     finally:

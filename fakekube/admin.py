@@ -13,6 +13,13 @@ Each hook maps one to one onto the `FakeKube` method of the same meaning.
 | `token` | `token`, `username`, `uid?`, `groups?`, `audiences?` | `policy.add_token(...)` |
 | `allow` | `verb`, `resource`, `user?`/`group?`, `apiGroup?`, `subresource?`, `namespace?`,
   `name?` | `policy.allow(...)` |
+| `service-account-token` | `namespace`, `name`, `audiences?` -> `{"token"}` |
+  `service_account_token(...)` |
+| `user-token` | `user`, `groups?` -> `{"token"}` | `user_token(...)` |
+
+`GET /_fakekube/denials` (also served as `/fakekube/denials`) answers `{"items": [Denial...]}`
+(`denials()`), `GET /_fakekube/requests` the request log. With `authorize=True` these paths are
+non-resource URLs like any other: only a caller RBAC allows them to (the admin token) gets in.
 """
 
 from __future__ import annotations
@@ -98,6 +105,24 @@ def _allow(fake: FakeKube, body: JsonObject) -> JsonObject:
     return {}
 
 
+def _service_account_token(fake: FakeKube, body: JsonObject) -> JsonObject:
+    try:
+        token = fake.service_account_token(
+            _field(body, "namespace", str), _field(body, "name", str),
+            audiences=tuple(_field(body, "audiences", list, [])) or None)
+    except ValueError as e:
+        raise status.bad_request(str(e)) from e
+    return {"token": token}
+
+
+def _user_token(fake: FakeKube, body: JsonObject) -> JsonObject:
+    try:
+        token = fake.user_token(_field(body, "user", str), tuple(_field(body, "groups", list, [])))
+    except ValueError as e:
+        raise status.bad_request(str(e)) from e
+    return {"token": token}
+
+
 _HOOKS: dict[str, Callable[[FakeKube, JsonObject], JsonObject]] = {
     "compact": _compact,
     "fail-writes": _fail_writes,
@@ -107,14 +132,24 @@ _HOOKS: dict[str, Callable[[FakeKube, JsonObject], JsonObject]] = {
     "delete-node-slices": _delete_node_slices,
     "token": _token,
     "allow": _allow,
+    "service-account-token": _service_account_token,
+    "user-token": _user_token,
 }
+_PREFIX = "/_fakekube/"
+_DENIALS_ALIAS = "/fakekube/denials"
+
+
+def is_admin_path(path: str) -> bool:
+    return path.startswith(_PREFIX) or path == _DENIALS_ALIAS
 
 
 def handle(fake: FakeKube, method: str, path: str, raw: bytes) -> tuple[int, JsonObject]:
-    hook = path.removeprefix("/_fakekube/")
+    hook = "denials" if path == _DENIALS_ALIAS else path.removeprefix(_PREFIX)
     if hook == "requests" and method == "GET":
         return 200, {"items": [{"method": r.method, "path": r.path, "query": r.query,
                                 "status": r.status} for r in fake.requests.records()]}
+    if hook == "denials" and method == "GET":
+        return 200, {"items": [d.to_json() for d in fake.denials()]}
     if hook not in _HOOKS:
         raise status.no_route()
     if method != "POST":

@@ -15,6 +15,7 @@ import logging
 import queue
 import select
 import socket
+import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -116,12 +117,14 @@ class Handler(BaseHTTPRequestHandler):
                   urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         raw = self._read_body()
         try:
-            if url.path.startswith("/_fakekube/"):
+            if admin.is_admin_path(url.path):
+                self._authorize()
                 code, body = admin.handle(self.fake, self.command, url.path, raw)
                 self._send_json(code, body, query=url.query)
                 return
             if self._outage(url.query):
                 return
+            self._authorize()
             if url.path in ("/healthz", "/readyz", "/livez", "/version"):
                 self._send_plain(url.path, url.query)
                 return
@@ -138,6 +141,13 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("fakekube failed on %s %s", self.command, self.path)
             failure = status.internal_error(f"{type(e).__name__}: {e}")
             self._send_json(failure.code, failure.body(), query=url.query)
+
+    def _authorize(self) -> None:
+        """Raise the 401/403 failure unless the caller may make this request (always may when
+        the fake does not authorize)."""
+        guard = self.fake.guard
+        if guard is not None:
+            guard.check(self.command, self.path, self.headers.get("Authorization"))
 
     def _outage(self, query: str) -> bool:
         """Act out the current outage; True when the request is answered (or dropped)."""
@@ -297,7 +307,24 @@ class Handler(BaseHTTPRequestHandler):
         readable, _, _ = select.select([self.connection], [], [], 0)
         if not readable:
             return False
+        if isinstance(self.connection, ssl.SSLSocket):
+            return self._tls_client_gone(self.connection)
         try:
             return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         except OSError:
             return True
+
+    @staticmethod
+    def _tls_client_gone(conn: ssl.SSLSocket) -> bool:
+        # TLS cannot peek: read what arrived. A watch client sends nothing while it streams,
+        # so anything but an incomplete record (close_notify, EOF, stray bytes) ends it.
+        conn.settimeout(0)
+        try:
+            conn.recv(1)
+        except ssl.SSLWantReadError:
+            return False
+        except OSError:
+            return True
+        finally:
+            conn.settimeout(None)
+        return True

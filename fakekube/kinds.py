@@ -101,6 +101,26 @@ BUILTIN_KINDS = (
     Kind("apiextensions.k8s.io", ("v1",), "CustomResourceDefinition",
          "customresourcedefinitions", namespaced=False, status_subresource=True,
          status_on_create="established"),
+    # Stored only, no controllers: what a rendered deploy/base holds, so it can be applied.
+    Kind("", ("v1",), "ServiceAccount", "serviceaccounts", namespaced=True),
+    Kind("", ("v1",), "Secret", "secrets", namespaced=True,
+         field_labels=(*NAMESPACED_FIELDS, "type")),
+    Kind("", ("v1",), "ConfigMap", "configmaps", namespaced=True),
+    Kind("", ("v1",), "ResourceQuota", "resourcequotas", namespaced=True,
+         status_subresource=True, status_on_create="drop"),
+    Kind("apps", ("v1",), "DaemonSet", "daemonsets", namespaced=True, status_subresource=True,
+         status_on_create="drop"),
+    Kind("networking.k8s.io", ("v1",), "NetworkPolicy", "networkpolicies", namespaced=True),
+    Kind("rbac.authorization.k8s.io", ("v1",), "Role", "roles", namespaced=True),
+    Kind("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", namespaced=False),
+    Kind("rbac.authorization.k8s.io", ("v1",), "RoleBinding", "rolebindings", namespaced=True),
+    Kind("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings",
+         namespaced=False),
+    Kind("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicy",
+         "validatingadmissionpolicies", namespaced=False, status_subresource=True,
+         status_on_create="drop"),
+    Kind("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicyBinding",
+         "validatingadmissionpolicybindings", namespaced=False),
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

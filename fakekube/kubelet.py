@@ -66,7 +66,10 @@ def get_info(registration_socket: Path, *, timeout: float = 5.0) -> Any:
 class Kubelet:
     """One registered plugin: the DRA channel the kubelet keeps to its endpoint."""
 
-    def __init__(self, registration_socket: Path, *, driver: str) -> None:
+    def __init__(self, registration_socket: Path, *, driver: str,
+                 host_root: Path | None = None) -> None:
+        """`host_root`: a simulated host's root dir, under which the plugin's endpoint (a path
+        on the host, through its hostPath) is found."""
         info = get_info(registration_socket)
         if info.type != wire.PLUGIN_TYPE or info.name != driver:
             raise KubeletError(f"GetInfo said type {info.type!r} name {info.name!r}")
@@ -75,7 +78,10 @@ class Kubelet:
             raise KubeletError(f"none of {list(info.supported_versions)} is supported")
         self.info = info
         self.service = supported[0]
-        self._channel = grpc.insecure_channel(f"unix:{info.endpoint}")
+        endpoint = Path(info.endpoint)
+        if host_root is not None:
+            endpoint = host_root / endpoint.relative_to("/")
+        self._channel = grpc.insecure_channel(f"unix:{endpoint}")
         with grpc.insecure_channel(f"unix:{registration_socket}") as channel:
             notify = channel.unary_unary(
                 wire.method(wire.REGISTRATION_SERVICE, "NotifyRegistrationStatus"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from fakekube import patch, reviews, status, strategy
 from fakekube.kinds import Kind, Registry, field_value, kind_from_crd
+from fakekube.rbac import Authorizer
 from fakekube.schema import FieldValidation, Schemas
 from fakekube.selectors import SelectorError, parse_fields, parse_labels
 from fakekube.status import Cause
@@ -101,6 +102,8 @@ class Api:
         self.registry = registry
         self.policy = policy
         self.options = options
+        # Set when the fake authorizes requests: SubjectAccessReviews then answer from it too.
+        self.authorizer: Authorizer | None = None
         self.schemas = Schemas(options.kube_version)
         self.minor = int(options.kube_version.split(".")[1])
         ns_kind = registry.by_kind("Namespace", group="")
@@ -258,7 +261,7 @@ class Api:
         if t.kind.plural == "tokenreviews":
             answer = reviews.token_review(self.policy, body)
         else:
-            answer = reviews.access_review(self.policy, body)
+            answer = reviews.access_review(self.policy, body, self.authorizer)
         return Reply(201, _out(t, answer))
 
     def _after_write(self, kind: Kind, stored: JsonObject) -> None:

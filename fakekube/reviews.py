@@ -2,7 +2,9 @@
 for the apiserver's authenticators and RBAC: tokens map to users, and allow rules
 (user or group, verb, API group, resource, subresource, namespace, name) grant access; anything
 not allowed is denied. `*` in a rule (and `None` for namespace and name) matches anything.
-Non-resource requests (`nonResourceAttributes`) are always denied.
+Non-resource requests (`nonResourceAttributes`) are always denied. When the fake authorizes
+requests (`FakeKube(authorize=True)`), SubjectAccessReview answers from the same RBAC
+authorizer as requests do instead, non-resource ones included.
 
 Audiences work as kube-apiserver's: every token the policy knows was issued for audiences
 (the API server's own, `DEFAULT_AUDIENCE`, unless `add_token` names others); a review with no
@@ -14,10 +16,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fakekube import status
+from fakekube.requestinfo import Attributes
 from fakekube.status import Cause
+
+if TYPE_CHECKING:
+    from fakekube.rbac import Authorizer
 
 JsonObject = dict[str, Any]
 DEFAULT_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
@@ -122,7 +128,10 @@ def token_review(policy: Policy, body: JsonObject) -> JsonObject:
     return {**body, "metadata": body.get("metadata") or {}, "status": result}
 
 
-def access_review(policy: Policy, body: JsonObject) -> JsonObject:
+def access_review(policy: Policy, body: JsonObject,
+                  authorizer: Authorizer | None = None) -> JsonObject:
+    """The review's answer: from `authorizer` (RBAC, when the fake authorizes requests, so a
+    review and a request agree), else from the policy's allow rules."""
     spec = body.get("spec") or {}
     causes = []
     if not spec.get("user") and not spec.get("groups"):
@@ -139,8 +148,30 @@ def access_review(policy: Policy, body: JsonObject) -> JsonObject:
     attrs = spec.get("resourceAttributes")
     user = str(spec.get("user") or "")
     groups = tuple(spec.get("groups") or ())
-    if attrs and policy.allowed(user, groups, attrs):
-        result: JsonObject = {"allowed": True, "reason": "allowed by fakekube policy"}
+    result: JsonObject
+    if authorizer is not None:
+        decision = authorizer.authorize(user, groups, review_attributes(spec))
+        result = {"allowed": decision.allowed}
+        if decision.reason:
+            result["reason"] = decision.reason
+    elif attrs and policy.allowed(user, groups, attrs):
+        result = {"allowed": True, "reason": "allowed by fakekube policy"}
     else:
         result = {"allowed": False, "reason": "no fakekube policy rule allows this request"}
     return {**body, "metadata": body.get("metadata") or {}, "status": result}
+
+
+def review_attributes(spec: JsonObject) -> Attributes:
+    """The attributes a SubjectAccessReview asks about, as the apiserver builds them."""
+    res = spec.get("resourceAttributes")
+    if res:
+        return Attributes(verb=str(res.get("verb") or ""), resource_request=True,
+                          api_group=str(res.get("group") or ""),
+                          api_version=str(res.get("version") or ""),
+                          namespace=str(res.get("namespace") or ""),
+                          resource=str(res.get("resource") or ""),
+                          subresource=str(res.get("subresource") or ""),
+                          name=str(res.get("name") or ""))
+    non = spec.get("nonResourceAttributes") or {}
+    return Attributes(verb=str(non.get("verb") or ""), resource_request=False,
+                      path=str(non.get("path") or ""))

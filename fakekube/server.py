@@ -4,6 +4,9 @@ over real HTTP on 127.0.0.1, plus the fault hooks and logs tests assert on.
     with FakeKube() as fake:
         client = fakekube.client.sync_client(fake.url)
 
+    with FakeKube(tls=True, authorize=True) as fake:   # HTTPS, tokens and RBAC
+        client = fakekube.client.sync_client(fake.url, token=fake.admin_token, ca=fake.ca_pem)
+
 What it does as the apiserver does: a global resourceVersion; uid, creationTimestamp,
 generation (bumped when anything but metadata/status changes), generateName; 201 on create;
 409 AlreadyExists and Conflict (stale resourceVersion on PUT/PATCH/DELETE preconditions);
@@ -29,8 +32,13 @@ Known gaps (a test that needs one of these needs a real cluster):
   ValidatingAdmissionPolicy, nor DeviceClass selectors), no enum or format checks, and the Go
   validation of built-in kinds only as far as `fakekube.dra` goes (nothing for Pods, Nodes,
   Namespaces beyond names).
-- No authentication or authorization of requests: every request is allowed. TokenReview and
-  SubjectAccessReview answer from `FakeKube.policy`, not from RBAC objects.
+- By default no authentication or authorization of requests: every request is allowed, and
+  TokenReview and SubjectAccessReview answer from `FakeKube.policy`. With `authorize=True`
+  every request needs a bearer token the fake issued (`service_account_token`, `user_token`,
+  `admin_token`, or one added to the policy) and is authorized by `fakekube.rbac` from the RBAC
+  objects in the store, SubjectAccessReviews included (see `fakekube.guard`); no anonymous user,
+  no impersonation, no aggregated ClusterRoles, no RBAC escalation checks, no bound-token
+  invalidation when the ServiceAccount goes.
 - No discovery (`/api`, `/apis`, OpenAPI): lightkube does not need it; kubectl does.
 - Only the kinds in `fakekube.kinds.BUILTIN_KINDS` plus registered CRDs are served; no
   subresources but `status` (no pod logs, exec, binding, eviction, scale).
@@ -41,30 +49,41 @@ Known gaps (a test that needs one of these needs a real cluster):
 - `continue` pages read the current state after the last key, not a snapshot at the list's
   resourceVersion; `resourceVersionMatch` is ignored; a watch from a resourceVersion newer than
   the store waits instead of answering "too large resource version".
-- No watch bookmarks, no `sendInitialEvents`, no HTTP/2, no protobuf, no TLS.
+- No watch bookmarks, no `sendInitialEvents`, no HTTP/2, no protobuf. TLS only with `tls=True`
+  (its own CA, `fakekube.tls`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import socket
+import ssl
 import threading
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fakekube import bootstrap, dra
 from fakekube.faults import FaultCode, Faults, OutageKind, RequestLog, RequestRecord
+from fakekube.guard import Denial, Denials, Guard
 from fakekube.handler import Handler
 from fakekube.kinds import Kind, Registry
+from fakekube.rbac import MASTERS, Authorizer, service_account_user
 from fakekube.rest import Api, Options, Target
 from fakekube.reviews import Policy
 from fakekube.store import Event, Store
+from fakekube.tls import ServingCertificates
 
 log = logging.getLogger(__name__)
 JsonObject = dict[str, Any]
 _JOIN_SECONDS = 5.0
 _POLL_SECONDS = 0.05  # how long stop() waits for serve_forever to notice
+_HANDSHAKE_SECONDS = 30.0
+AUTHENTICATED = "system:authenticated"
+ADMIN_USER = "system:admin"
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -73,9 +92,12 @@ class _HttpServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], fake: FakeKube) -> None:
+    def __init__(self, address: tuple[str, int], fake: FakeKube,
+                 context: ssl.SSLContext | None) -> None:
         super().__init__(address, Handler)
         self.fake = fake
+        self.tls = context is not None
+        self._context = context
         self._lock = threading.Lock()
         self._open: dict[threading.Thread, socket.socket] = {}
 
@@ -87,14 +109,30 @@ class _HttpServer(ThreadingHTTPServer):
         thread.start()
 
     def _serve(self, request: Any, client_address: Any) -> None:
+        conn = request
         try:
-            self.finish_request(request, client_address)
-        except OSError:
-            log.debug("fakekube connection from %s ended", client_address)
+            if self._context is not None:
+                conn = self._handshake(request)
+            self.finish_request(conn, client_address)
+        except OSError:  # ssl.SSLError included: a client that does not trust the CA
+            log.debug("fakekube connection from %s ended", client_address, exc_info=True)
         finally:
-            self.shutdown_request(request)
+            self.shutdown_request(conn)
             with self._lock:
                 self._open.pop(threading.current_thread(), None)
+
+    def _handshake(self, request: socket.socket) -> ssl.SSLSocket:
+        """TLS on this connection's own thread, so a slow or silent client never holds up
+        accept(); registered before the handshake so stop() can cut it short."""
+        assert self._context is not None
+        conn = self._context.wrap_socket(request, server_side=True,
+                                         do_handshake_on_connect=False)
+        with self._lock:
+            self._open[threading.current_thread()] = conn
+        conn.settimeout(_HANDSHAKE_SECONDS)
+        conn.do_handshake()
+        conn.settimeout(None)
+        return conn
 
     def close_connections(self) -> None:
         with self._lock:
@@ -108,10 +146,16 @@ class _HttpServer(ThreadingHTTPServer):
 
 class FakeKube:
     """The fake apiserver. `start()` serves on a background thread; `stop()` ends every
-    connection and joins every thread it started. Also a context manager."""
+    connection and joins every thread it started, and removes the certificates. Also a
+    context manager.
+
+    `tls=True` serves HTTPS with a leaf from its own CA (`ca_pem`, `ca_path`); `authorize=True`
+    authenticates every request by bearer token and authorizes it with RBAC (module docstring).
+    """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, kube_version: str = "1.34",
-                 device_taints: bool = True, history_limit: int = 100_000) -> None:
+                 device_taints: bool = True, history_limit: int = 100_000, tls: bool = False,
+                 authorize: bool = False) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
         self.policy = Policy()
@@ -119,13 +163,91 @@ class FakeKube:
         self.requests = RequestLog()
         self.api = Api(self.store, self.registry, self.policy,
                        Options(kube_version, device_taints))
-        self._httpd = _HttpServer((host, port), self)
+        self._denials = Denials()
+        self.guard: Guard | None = None
+        if authorize:
+            authorizer = Authorizer(self.store)
+            self.api.authorizer = authorizer
+            self.guard = Guard(self.policy, authorizer, self._denials)
+            for obj in bootstrap.objects():
+                self.create(obj)
+        self._admin_token = self.user_token(ADMIN_USER, (MASTERS,))
+        self._certs = ServingCertificates(host) if tls else None
+        try:
+            context = self._certs.server_context() if self._certs else None
+            self._httpd = _HttpServer((host, port), self, context)
+        except BaseException:
+            if self._certs is not None:
+                self._certs.close()
+            raise
         self._thread: threading.Thread | None = None
 
     @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self._certs else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA that signed the serving leaf (PEM), what a pod's `ca.crt` holds."""
+        return self._tls().ca_pem
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA as a file in the fake's temp dir (gone after stop())."""
+        return self._tls().ca_file
+
+    def _tls(self) -> ServingCertificates:
+        if self._certs is None:
+            raise RuntimeError("this FakeKube serves plain HTTP (tls=False): it has no CA")
+        return self._certs
+
+    # -- identities ------------------------------------------------------------------------------
+
+    @property
+    def admin_token(self) -> str:
+        """A token for `system:admin` in `system:masters`: allowed everything."""
+        return self._admin_token
+
+    def user_token(self, user: str, groups: tuple[str, ...] | list[str] = ()) -> str:
+        """A new token authenticating as `user` in `groups` (plus system:authenticated), for
+        the control plane's actors (`system:kube-scheduler`, `system:node:NODE`) and people."""
+        if not user:
+            raise ValueError("user_token: user must not be empty")
+        bad = [g for g in groups if not isinstance(g, str) or not g]
+        if bad:
+            raise ValueError(f"user_token: groups must be non-empty strings, got {bad!r}")
+        token = secrets.token_urlsafe(32)
+        self.policy.add_token(token, user, groups=_with_authenticated(groups))
+        return token
+
+    def service_account_token(self, namespace: str, name: str, *,
+                              audiences: tuple[str, ...] | list[str] | None = None) -> str:
+        """A new token for ServiceAccount `namespace/name`, issued for `audiences` (the API
+        server's own when None), with the identity the apiserver gives such a token."""
+        for what, value in (("namespace", namespace), ("name", name)):
+            if not dra.is_dns_subdomain(value):
+                raise ValueError(f"service_account_token: {what} {value!r} is not a valid name")
+        account = self.store.get(("", "serviceaccounts"), namespace, name)
+        token = secrets.token_urlsafe(32)
+        self.policy.add_token(
+            token, service_account_user(namespace, name),
+            uid=str(((account or {}).get("metadata") or {}).get("uid") or ""),
+            groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
+                    AUTHENTICATED),
+            audiences=tuple(audiences) if audiences else None)
+        return token
+
+    def denials(self) -> list[Denial]:
+        """Every 401 and 403 answered (with `authorize=True`), oldest first."""
+        return self._denials.items()
 
     def start(self) -> FakeKube:
         if self._thread is None:
@@ -143,6 +265,8 @@ class FakeKube:
         self.store.close_watches(abrupt=False)
         self._httpd.close_connections()
         self._httpd.server_close()
+        if self._certs is not None:
+            self._certs.close()
 
     def __enter__(self) -> FakeKube:
         return self.start()
@@ -247,3 +371,7 @@ class FakeKube:
         reply = self.api.delete_collection(Target(kind, "v1"), {"fieldSelector": selector})
         return [item["metadata"]["name"] for item in reply.body["items"]]
 
+
+
+def _with_authenticated(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([*groups, AUTHENTICATED]))

@@ -134,3 +134,33 @@ def test_an_unloadable_file_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "Display 'orphan'" in done.stderr
     assert done.stdout == ""
+
+
+def test_tls_and_authorize_print_the_ca_and_the_admin_token() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "fakekube", "--tls", "--authorize"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_child_env())
+    try:
+        url = _url_line(proc)
+        assert proc.stdout is not None
+        ca_line, token_line = proc.stdout.readline().strip(), proc.stdout.readline().strip()
+        assert url.startswith("https://127.0.0.1:")
+        ca = Path(ca_line.removeprefix("ca-file=")).read_bytes()
+        admin = token_line.removeprefix("admin-token=")
+        assert testing.call(url, "GET", "/api/v1/nodes", ca=ca).code == 401
+        assert testing.call(url, "GET", "/api/v1/nodes", token=admin, ca=ca).code == 200
+        # An out-of-process caller issues a ServiceAccount token and reads the denial it caused.
+        sa = testing.call(url, "POST", "/_fakekube/service-account-token",
+                          {"namespace": "default", "name": "robot"}, token=admin, ca=ca)
+        refused = testing.call(url, "GET", "/api/v1/nodes", token=sa.body["token"], ca=ca)
+        assert refused.code == 403
+        denials = testing.call(url, "GET", "/fakekube/denials", token=admin, ca=ca).body["items"]
+        assert [(d["code"], d["user"]) for d in denials] == [
+            (401, ""), (403, "system:serviceaccount:default:robot")]
+        assert _stop(proc) == 0
+        assert not Path(ca_line.removeprefix("ca-file=")).exists()
+    finally:
+        _stop(proc)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

@@ -189,3 +189,22 @@ def internal_error(message: str) -> ApiFailure:
 def expired(message: str) -> ApiFailure:
     """410 Gone with reason Expired: a watch or continue token older than the compacted history."""
     return ApiFailure(410, "Expired", message)
+
+
+def unauthorized() -> ApiFailure:
+    """401 for a request without a valid bearer token, as the authentication filter answers."""
+    return ApiFailure(401, "Unauthorized", "Unauthorized")
+
+
+def forbidden(group: str, plural: str, name: str, why: str) -> ApiFailure:
+    """403 as `apierrors.NewForbidden`: the message names `plural.group` and the object when
+    there is one; details carry the plural as `kind` (empty for a non-resource request)."""
+    res = Resource(group=group, plural=plural, name=name)
+    if not plural:
+        message = f"forbidden: {why}"
+    elif name:
+        message = f'{res.qualified} "{name}" is forbidden: {why}'
+    else:
+        message = f"{res.qualified} is forbidden: {why}"
+    details = {k: v for k, v in (("name", name), ("group", group), ("kind", plural)) if v}
+    return ApiFailure(403, "Forbidden", message, details=details)

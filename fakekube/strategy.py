@@ -34,7 +34,17 @@ def generated_name(prefix: str) -> str:
     return prefix[:_MAX_GENERATE_PREFIX] + suffix
 
 
+# RBAC objects are named by path segment (ValidateRBACName), so `system:node` is a valid name.
+_PATH_SEGMENT_NAMED = frozenset({"roles", "clusterroles", "rolebindings", "clusterrolebindings"})
+
+
 def name_causes(kind: Kind, name: str) -> list[Cause]:
+    if kind.group == "rbac.authorization.k8s.io" and kind.plural in _PATH_SEGMENT_NAMED:
+        if name in (".", "..") or "/" in name or "%" in name:
+            return [Cause("metadata.name", "FieldValueInvalid",
+                          f'Invalid value: "{name}": may not be \'.\' or \'..\' and may not '
+                          "contain '/' or '%'")]
+        return []
     ok = dra.is_dns_label(name) if kind.plural == "namespaces" else dra.is_dns_subdomain(name)
     if ok:
         return []

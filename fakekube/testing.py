@@ -8,12 +8,15 @@ cluster-scoped, v1alpha1, status subresource); the real one lives with the manif
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any, TypeVar, cast
+
+from fakekube.kinds import Registry
 
 JsonObject = dict[str, Any]
 T = TypeVar("T")
@@ -137,18 +140,46 @@ class RawReply:
 
 
 def call(url: str, method: str, path: str, body: object = None, *,
-         content_type: str = "application/json") -> RawReply:
-    """One request without lightkube (and without any proxy from the environment)."""
+         content_type: str = "application/json", token: str | None = None,
+         ca: bytes | None = None) -> RawReply:
+    """One request without lightkube (and without any proxy from the environment), with
+    `token` as bearer token and `ca` (PEM) verifying an https URL."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    headers = {"Content-Type": content_type}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if ca is not None:
+        context = ssl.create_default_context(cadata=ca.decode())
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=30) as resp:
-            return RawReply(resp.status, json.loads(resp.read()), resp.headers)
+            return RawReply(resp.status, _decoded(resp.read()), resp.headers)
     except urllib.error.HTTPError as e:
         with e:
-            return RawReply(e.code, json.loads(e.read()), e.headers)
+            return RawReply(e.code, _decoded(e.read()), e.headers)
+
+
+def _decoded(raw: bytes) -> JsonObject:
+    """The JSON body, or a plain-text one (`/healthz`) as {"text": ...}."""
+    try:
+        body: JsonObject = json.loads(raw)
+    except ValueError:
+        return {"text": raw.decode(errors="replace")}
+    return body
+
+
+def collection_path(registry: Registry, obj: JsonObject) -> str:
+    """The URL path an object of its apiVersion and kind is created at (POST), namespaced
+    objects in their namespace ("default" when they name none)."""
+    group, _, version = str(obj["apiVersion"]).rpartition("/")
+    kind = registry.by_kind(str(obj["kind"]), group=group)
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if kind.namespaced:
+        base += f"/namespaces/{(obj.get('metadata') or {}).get('namespace') or 'default'}"
+    return f"{base}/{kind.plural}"
 
 
 def load(res: type[T], obj: JsonObject) -> T:

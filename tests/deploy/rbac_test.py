@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from fakekube import testing
+from fakekube.server import FakeKube
 from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, render
 
 # (API group, resource, verb, scope) -> the caller that needs it.
@@ -100,3 +102,72 @@ def test_clusterroles_comment_lists_every_resource_it_grants() -> None:
     text = (DEPLOY / "base" / "cluster" / "clusterroles.yaml").read_text()
     comment = "\n".join(line for line in text.splitlines() if line.startswith("#"))
     assert not [resource for _, resource, _, _ in EXPECTED if f"{resource}:" not in comment]
+
+
+def _applied_base() -> FakeKube:
+    """A started fake (HTTPS, RBAC) holding every object of the rendered base, each created
+    through the API with the admin token, in the order kustomize prints them."""
+    fake = FakeKube(tls=True, authorize=True).start()
+    try:
+        for doc in render("base"):
+            path = testing.collection_path(fake.registry, doc)
+            reply = testing.call(fake.url, "POST", path, doc, token=fake.admin_token,
+                                 ca=fake.ca_pem)
+            assert reply.code == 201, (doc["kind"], doc["metadata"]["name"], reply.body)
+    except BaseException:
+        fake.stop()
+        raise
+    return fake
+
+
+def _request(group: str, resource: str, verb: str, namespace: str) -> tuple[str, str, object]:
+    """A request making `verb` on `resource` (maybe `plural/subresource`): method, path, body.
+    Objects need not exist: authorization answers before the object is looked up."""
+    plural, _, sub = resource.partition("/")
+    version = "v1alpha1" if group == "display.liken.sh" else "v1"
+    path = (f"/apis/{group}/{version}" if group else "/api/v1") + (
+        f"/namespaces/{namespace}" if namespace else "")
+    named = f"{path}/{plural}/probe" + (f"/{sub}" if sub else "")
+    return {
+        "get": ("GET", named, None),
+        "list": ("GET", f"{path}/{plural}", None),
+        "watch": ("GET", f"{path}/{plural}?watch=true&timeoutSeconds=0", None),
+        "create": ("POST", f"{path}/{plural}", {"metadata": {"name": "probe"}}),
+        "update": ("PUT", named, {"metadata": {"name": "probe"}}),
+        "patch": ("PATCH", named, {}),
+        "delete": ("DELETE", named, None),
+    }[verb]
+
+
+def test_applied_base_lets_the_operator_do_each_documented_verb_and_no_more() -> None:
+    """Through the fake's RBAC, with the ServiceAccount's token: every verb in the
+    ClusterRole's comment (EXPECTED) is allowed, neighbouring ones are refused."""
+    fake = _applied_base()
+    try:
+        token = fake.service_account_token("display-operator", "display-operator")
+
+        def answer(group: str, resource: str, verb: str, namespace: str = "") -> int:
+            method, path, body = _request(group, resource, verb, namespace)
+            content = "application/merge-patch+json" if method == "PATCH" else (
+                "application/json")
+            return testing.call(fake.url, method, path, body, token=token, ca=fake.ca_pem,
+                                content_type=content).code
+
+        for group, resource, verb, scope in EXPECTED:
+            ns = "display-operator" if scope == "namespace" else ""
+            assert answer(group, resource, verb, ns) not in (401, 403), (resource, verb)
+        denied = [
+            ("display.liken.sh", "displays", "delete", ""),
+            ("display.liken.sh", "displays", "list", ""),
+            ("display.liken.sh", "displays/status", "update", ""),
+            ("resource.k8s.io", "resourceslices", "delete", ""),
+            ("", "pods", "get", "default"),
+            ("", "nodes", "patch", ""),
+            ("", "secrets", "get", "display-operator"),
+        ]
+        for group, resource, verb, ns in denied:
+            assert answer(group, resource, verb, ns) == 403, (resource, verb)
+        assert [(d.verb, d.resource) for d in fake.denials()] == [
+            (verb, resource.partition("/")[0]) for _, resource, verb, _ in denied]
+    finally:
+        fake.stop()
