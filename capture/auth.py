@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import re
-import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
@@ -30,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from libdisplay import kubeaccess
 from libdisplay.display import GROUP, PLURAL
+from libdisplay.kubeerrors import ApiCallError
 
 log = logging.getLogger(__name__)
 
@@ -269,68 +269,39 @@ class Reviewer:
         return allowed
 
 
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _REVIEW_TIMEOUT_S = 10.0
 
 
 class HttpReviews:
-    """ReviewApi over aiohttp: in-cluster (service account token and CA, re-read per call so
-    a rotated token is used), a kubeconfig's cluster and user, or a plain-HTTP URL. Transport
-    errors and non-201 answers are 503."""
+    """ReviewApi over the API server `libdisplay.kubeaccess` finds: `kube_url` (plain HTTP, a
+    simulated node's fake), else a kubeconfig, else the pod's service account (its CA
+    verifies the server; its token is re-read when rotated). Any failed call is 503, its
+    `ApiCallError` the cause. `account` is for tests; the binary reads the kubelet's mount."""
 
     def __init__(self, kube_url: str | None, *, kubeconfig: Path | None = None,
-                 account: Path = SERVICE_ACCOUNT) -> None:
-        import aiohttp
+                 account: Path = kubeaccess.SERVICE_ACCOUNT) -> None:
+        from libdisplay.kubeaiohttp import AioKube
 
-        self._account = account
-        self._in_cluster = False
-        self._token: str | None = None
-        ssl_context: ssl.SSLContext | bool = False
-        if kube_url is not None:
-            self._url = kube_url.rstrip("/")
-        elif kubeconfig is not None:
-            self._url, self._token, ssl_context = _from_kubeconfig(kubeconfig)
-        else:
-            host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            if not host:
-                raise ReviewUnavailableError("not in a cluster: KUBERNETES_SERVICE_HOST is unset")
-            self._url = f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}"
-            ssl_context = ssl.create_default_context(cafile=os.fspath(account / "ca.crt"))
-            self._in_cluster = True
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=_REVIEW_TIMEOUT_S),
-            connector=aiohttp.TCPConnector(ssl=ssl_context),
-        )
+        try:
+            endpoint = kubeaccess.discover(api_server=kube_url, kubeconfig=kubeconfig,
+                                           account_dir=account)
+            self._api = AioKube(endpoint, timeout_s=_REVIEW_TIMEOUT_S)
+        except ApiCallError as exc:
+            raise ReviewUnavailableError(str(exc)) from exc
 
     async def close(self) -> None:
-        await self._session.close()
-
-    def _headers(self) -> dict[str, str]:
-        if not self._in_cluster:
-            return {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        try:
-            token = (self._account / "token").read_text().strip()
-        except OSError as exc:
-            raise ReviewUnavailableError(f"cannot read the service account token: {exc}") from exc
-        return {"Authorization": f"Bearer {token}"}
+        await self._api.close()
 
     async def _create(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        import aiohttp
-
         try:
-            async with self._session.post(
-                self._url + path, json=body, headers=self._headers()
-            ) as response:
-                if response.status not in (200, 201):
-                    text = (await response.text())[:200]
-                    raise ReviewUnavailableError(
-                        f"apiserver answered {response.status} to {path}: {text}"
-                    )
-                answer = await response.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ReviewUnavailableError(f"apiserver unreachable at {self._url}: {exc!r}") from exc
-        status = answer.get("status") if isinstance(answer, dict) else None
+            answer = await self._api.post_json(path, body)
+        except ApiCallError as exc:
+            if exc.code is not None:
+                raise ReviewUnavailableError(f"apiserver answered {exc}") from exc
+            raise ReviewUnavailableError(
+                f"apiserver unreachable at {self._api.endpoint.url}: {exc}"
+            ) from exc
+        status = answer.get("status")
         return status if isinstance(status, dict) else {}
 
     async def token_review(self, token: str, audiences: Sequence[str]) -> Mapping[str, Any]:
@@ -342,15 +313,3 @@ class HttpReviews:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": dict(spec)}
         return await self._create("/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
-
-
-def _from_kubeconfig(path: Path) -> tuple[str, str | None, ssl.SSLContext | bool]:
-    """URL, bearer token and TLS of a kubeconfig's current context."""
-    from libdisplay import kubeconfig
-
-    try:
-        creds = kubeconfig.load(path)
-        tls = creds.tls()
-    except kubeconfig.KubeconfigError as exc:
-        raise ReviewUnavailableError(str(exc)) from exc
-    return creds.server, creds.token, tls or False

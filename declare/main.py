@@ -19,6 +19,7 @@ from libdisplay.cli import (
     sysfs_root_option,
     weston_config_option,
 )
+from libdisplay.kubecli import api_options
 
 cli = binary_group("declare", "Write weston's config for the monitors on the claimed card.")
 
@@ -28,17 +29,7 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
 @dev_root_option
 @weston_config_option("The weston.ini to write.")
 @click.option("--node-name", envvar="NODE_NAME", help="This node's name: Displays are per node.")
-@click.option(
-    "--api-server",
-    envvar="KUBE_API_SERVER",
-    help="API server URL; default: the pod's in-cluster service account.",
-)
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A kubeconfig, to read Displays from outside a cluster (env KUBECONFIG).",
-)
+@api_options
 @click.option(
     "--api-timeout",
     default=5.0,
@@ -56,6 +47,8 @@ def declare_cmd(
     config: Path,
     node_name: str | None,
     api_server: str | None,
+    api_token_file: Path | None,
+    api_ca_file: Path | None,
     kubeconfig: Path | None,
     api_timeout: float,
     output_alias: tuple[str, ...],
@@ -69,17 +62,13 @@ def declare_cmd(
     the API is unreachable, the Display is missing or the mode is not offered.
     """
     from declare.run import Settings, plan, write
-    from libdisplay import drm, kubeapi
+    from libdisplay import drm, kubeaccess, kubecli
 
-    endpoint: kubeapi.Endpoint | None
+    endpoint: kubeaccess.Endpoint | None
     try:
-        if api_server:
-            endpoint = kubeapi.Endpoint(api_server)
-        elif kubeconfig:
-            endpoint = kubeapi.from_kubeconfig(kubeconfig)
-        else:
-            endpoint = kubeapi.in_cluster()
-    except kubeapi.ApiUnreachableError as err:
+        endpoint = kubecli.endpoint({"api_server": api_server, "api_token_file": api_token_file,
+                                     "api_ca_file": api_ca_file, "kubeconfig": kubeconfig})
+    except kubeaccess.NoEndpointError as err:
         logging.getLogger("declare").warning("%s: every monitor starts at its preferred mode", err)
         endpoint = None
     settings = Settings(

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from draplugin.apierrors import from_lightkube
-from draplugin.settings import KubeAccess
 from libdisplay import display
+from libdisplay.kubeaccess import Endpoint
 from libdisplay.kubeerrors import ApiCallError
 
 
@@ -37,22 +37,14 @@ class Kube(Protocol):
 
 
 class LightkubeKube:
-    """`Kube` over a lightkube client."""
+    """`Kube` over a lightkube client built from the operator's one Endpoint."""
 
-    def __init__(self, access: KubeAccess) -> None:
-        from lightkube import Client, KubeConfig
-        from lightkube.config.models import Cluster, User
+    def __init__(self, endpoint: Endpoint) -> None:
         from lightkube.generic_resource import create_global_resource
 
-        if access.api_server:
-            config = KubeConfig.from_one(
-                cluster=Cluster(server=access.api_server, insecure=True), user=User()
-            )
-        elif access.kubeconfig:
-            config = KubeConfig.from_file(access.kubeconfig)
-        else:
-            config = KubeConfig.from_service_account()
-        self._client = Client(config, field_manager="display-operator", trust_env=False)
+        from libdisplay import kubelightkube
+
+        self._client = kubelightkube.client(endpoint, field_manager="display-operator")
         self._display = create_global_resource(
             display.GROUP, display.VERSION, display.KIND, display.PLURAL
         )

@@ -20,6 +20,7 @@ from libdisplay.cli import (
     shell_option,
     sysfs_root_option,
 )
+from libdisplay.kubecli import api_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")
@@ -157,17 +158,7 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     help="The longest delay in seconds between retries of a failed API call (env "
     "API_BACKOFF_CAP).",
 )
-@click.option(
-    "--api-server",
-    envvar="KUBE_API_SERVER",
-    help="Plain-HTTP API URL (tests); default: --kubeconfig, else in-cluster.",
-)
-@click.option(
-    "--kubeconfig",
-    envvar="KUBECONFIG",
-    type=click.Path(path_type=Path),
-    help="A kubeconfig file (env KUBECONFIG).",
-)
+@api_options
 @click.option(
     "--metrics-addr",
     envvar="METRICS_ADDR",
@@ -225,13 +216,19 @@ def operator(**options: Any) -> None:
         slice_resync_s=options["slice_resync"],
         liveness_timeout_s=options["liveness_timeout"],
         api_backoff_cap_s=options["api_backoff_cap"],
-        kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"]),
+        kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"],
+                        token_file=options["api_token_file"], ca_file=options["api_ca_file"]),
         shell=options["shell"],
         delivery=options["delivery"],
         fault_point=fault,
     )
     from draplugin.supervisor import EXIT_CODE, Supervisor
+    from libdisplay.kubeaccess import NoEndpointError
 
+    try:
+        endpoint = settings.kube.endpoint()
+    except NoEndpointError as err:
+        raise click.ClickException(str(err)) from err
     supervisor = Supervisor()
     node = (
         _start_publisher(settings, metrics_addr=options["metrics_addr"],
@@ -241,7 +238,7 @@ def operator(**options: Any) -> None:
     )
     driver = Driver(
         settings,
-        LightkubeKube(settings.kube),
+        LightkubeKube(endpoint),
         ddc=node.runtime.ddc_hook() if node else None,
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,

@@ -91,6 +91,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         sysfs_root=settings.sysfs_root,
         dev_root=settings.dev_root,
         pid_file=settings.pid_file,
+        restarts_dir=settings.restarts_dir,
         pod=(namespace, pod) if namespace and pod else None,
         aliases=settings.aliases,
         hotplug_resync=settings.hotplug_resync_s,
@@ -101,7 +102,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
     kube = settings.kube
     thread = NodeThread(
         lambda: NodeRuntime(
-            async_client(api_server=kube.api_server, kubeconfig=kube.kubeconfig), config
+            async_client(endpoint=kube.endpoint()), config
         ),
         on_fatal=on_fatal,
     )

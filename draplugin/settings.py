@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from libdisplay import kubeaccess
+from libdisplay.kubeaccess import Endpoint
 from libdisplay.outputs import LAYOUT_SHELL, LayoutSockets
 
 DRIVER: Final = "display.liken.sh"
@@ -20,10 +22,18 @@ or the compositor's public socket shared by every claim (tests with a stock shel
 
 @dataclass(frozen=True, slots=True)
 class KubeAccess:
-    """How to reach the API: a URL (plain, for the fake), a kubeconfig, or in-cluster."""
+    """How to reach the API, as the flags say (`libdisplay.kubecli`): a URL with an optional
+    token file and CA, a kubeconfig, or (none given) the pod's service account."""
 
     api_server: str | None = None
     kubeconfig: Path | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+
+    def endpoint(self) -> Endpoint:
+        """The endpoint these name (`kubeaccess.NoEndpointError` when none applies)."""
+        return kubeaccess.discover(api_server=self.api_server, token_file=self.token_file,
+                                   ca_file=self.ca_file, kubeconfig=self.kubeconfig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -74,19 +73,27 @@ def test_a_closed_port_is_unreachable() -> None:
         )
 
 
-def test_in_cluster_reads_the_service_account(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "token").write_text("secret-token\n")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    endpoint = kubeapi.in_cluster(account_dir=tmp_path)
-    assert endpoint == kubeapi.Endpoint(
-        "https://10.96.0.1:443", token="secret-token", ca_file=tmp_path / "ca.crt"
-    )
+def test_a_200_that_is_not_json_is_retryable() -> None:
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server names it)
+            body = b"<html>proxy</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
+        def log_message(self, format: str, *args: object) -> None:
+            pass
 
-def test_outside_a_cluster_says_how_to_point_at_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(kubeapi.ApiUnreachableError, match="--api-server"):
-        kubeapi.in_cluster()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = kubeapi.Endpoint(f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(kubeapi.ApiStatusError, match="not JSON") as err:
+            kubeapi.get_json(endpoint, "/api/v1/nodes/n1", timeout=5.0)
+        assert (err.value.reason, err.value.retryable) == ("NotJson", True)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import os
-import ssl
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
 
 
 class KubeconfigError(Exception):
@@ -37,22 +36,18 @@ class Credentials:
     cert_pem: bytes | None = None
     key_pem: bytes | None = None
     insecure: bool = False
+    token_file: Path | None = None
+    """Where `token` came from, when the user names a `tokenFile`: a client re-reads it."""
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS for this cluster: its CA (or the system's), the client certificate if any."""
-        context = ssl.create_default_context(
-            cadata=self.ca_pem.decode("ascii", "replace") if self.ca_pem else None
-        )
-        if self.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.cert_pem and self.key_pem:
-            with _private_files(self.cert_pem, self.key_pem) as (cert, key):
-                try:
-                    context.load_cert_chain(cert, key)
-                except ssl.SSLError as err:
-                    raise KubeconfigError(f"client certificate or key unusable: {err}") from err
-        return context
+        from libdisplay import kubetls
+
+        cert = (self.cert_pem, self.key_pem) if self.cert_pem and self.key_pem else None
+        try:
+            return kubetls.context(ca_pem=self.ca_pem, client_cert=cert, insecure=self.insecure)
+        except kubetls.TlsConfigError as err:
+            raise KubeconfigError(str(err)) from err
 
     def tls(self) -> ssl.SSLContext | None:
         """`ssl_context()` for an https server; None for a plain-http one (a test's fake)."""
@@ -102,7 +97,9 @@ def _credentials(cluster: Mapping[str, Any], user: Mapping[str, Any], *,
                 "certificate"
             )
     token = user.get("token")
+    token_file = None
     if not token and user.get("tokenFile"):
+        token_file = base / str(user["tokenFile"])
         token = _read(base, user["tokenFile"], "user.tokenFile").decode().strip()
     return Credentials(
         server=server.rstrip("/"),
@@ -111,6 +108,7 @@ def _credentials(cluster: Mapping[str, Any], user: Mapping[str, Any], *,
         cert_pem=_pem(user, "client-certificate", base),
         key_pem=_pem(user, "client-key", base),
         insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+        token_file=token_file,
     )
 
 
@@ -132,17 +130,3 @@ def _read(base: Path, name: object, field: str) -> bytes:
         return (base / str(name)).read_bytes()
     except OSError as err:
         raise KubeconfigError(f"{field}: {err}") from err
-
-
-@contextlib.contextmanager
-def _private_files(*contents: bytes) -> Iterator[tuple[str, ...]]:
-    """The contents as files only this user can read, removed on exit (ssl loads from paths)."""
-    with tempfile.TemporaryDirectory(prefix="kubeconfig-") as tmp:
-        paths = []
-        for index, content in enumerate(contents):
-            path = os.path.join(tmp, str(index))
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as file:
-                file.write(content)
-            paths.append(path)
-        yield tuple(paths)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from libdisplay import kubeapi
+from libdisplay import kubeaccess, kubeapi
 from libdisplay.kubeconfig import KubeconfigError, load
 
 
@@ -112,11 +112,16 @@ def test_file_paths_are_relative_to_the_kubeconfig_and_tls_works(
         "server": apiserver, "certificate-authority": "ca.crt",
     }, user={"client-certificate": "client.crt", "client-key": "client.key",
              "tokenFile": "token"})
-    endpoint = kubeapi.from_kubeconfig(config)
-    assert endpoint.token == "file-token"
+    endpoint = kubeaccess.from_kubeconfig(config)
+    assert endpoint.headers() == {"Authorization": "Bearer file-token"}
+    assert endpoint.origin == f"kubeconfig {config}"
     answer = kubeapi.get_json(endpoint, "/api/v1/nodes/n1", timeout=10)
     assert answer == {"path": "/api/v1/nodes/n1", "client": "client",
                       "auth": "Bearer file-token"}
+    # A tokenFile is re-read when it changes, as a rotated token would be.
+    (tmp_path / "token").write_text("rotated-token\n")
+    answer = kubeapi.get_json(endpoint, "/y", timeout=10)
+    assert answer is not None and answer["auth"] == "Bearer rotated-token"
 
 
 def test_inline_data_works_the_same(pki: Pki, apiserver: str, tmp_path: Path) -> None:
@@ -124,7 +129,7 @@ def test_inline_data_works_the_same(pki: Pki, apiserver: str, tmp_path: Path) ->
         "server": apiserver, "certificate-authority-data": _b64(pki.ca),
     }, user={"client-certificate-data": _b64(pki.client_cert),
              "client-key-data": _b64(pki.client_key), "token": "inline"})
-    answer = kubeapi.get_json(kubeapi.from_kubeconfig(config), "/x", timeout=10)
+    answer = kubeapi.get_json(kubeaccess.from_kubeconfig(config), "/x", timeout=10)
     assert answer is not None and answer["client"] == "client" and answer["auth"] == "Bearer inline"
 
 
@@ -135,7 +140,7 @@ def test_an_untrusted_server_is_refused(pki: Pki, apiserver: str, tmp_path: Path
     }, user={"client-certificate-data": _b64(pki.client_cert),
              "client-key-data": _b64(pki.client_key)})
     with pytest.raises(kubeapi.ApiUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
-        kubeapi.get_json(kubeapi.from_kubeconfig(config), "/x", timeout=10)
+        kubeapi.get_json(kubeaccess.from_kubeconfig(config), "/x", timeout=10)
 
 
 def test_plain_http_server_and_named_context(tmp_path: Path) -> None:

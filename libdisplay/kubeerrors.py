@@ -81,6 +81,20 @@ def transport_error(operation: str, err: BaseException) -> ApiCallError:
     return ApiCallError(operation, str(err) or repr(err), reason=kind, retryable=True)
 
 
+def json_body(operation: str, code: int, body: bytes) -> dict[str, object]:
+    """A successful answer's JSON object. A 2xx that is not one is a proxy's or a balancer's
+    page, not the apiserver's: worth another try."""
+    try:
+        data = json.loads(body)
+    except ValueError as err:
+        raise ApiCallError(operation, f"body is not JSON: {err}", code=code, reason="NotJson",
+                           retryable=True) from err
+    if not isinstance(data, dict):
+        raise ApiCallError(operation, "body is not a JSON object", code=code, reason="NotJson",
+                           retryable=True)
+    return data
+
+
 def retry_after(headers: Mapping[str, str]) -> float:
     value = headers.get("Retry-After") or headers.get("retry-after")
     try:
