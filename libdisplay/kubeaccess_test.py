@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lightkube.resources.core_v1 import Node
 
+from fakekube.server import FakeKube
 from libdisplay import kubeaccess, kubeapi, kubelightkube
 from libdisplay.kubeaccess import Endpoint, NoEndpointError, discover
 from libdisplay.kubeaiohttp import AioKube
@@ -254,3 +255,39 @@ def test_aiohttp_connection_refused_is_retryable() -> None:
         asyncio.run(asyncio.wait_for(call(), _TIMEOUT_S))
     assert (err.value.reason, err.value.retryable, err.value.code) == (
         "ConnectionRefused", True, None)
+
+
+# --- against the fake API server's own TLS and token authentication ----------------------
+
+
+def test_in_cluster_against_the_fake_apiserver_with_a_rotated_token(tmp_path: Path) -> None:
+    """A pod's default: the mounted CA verifies the fake's leaf; a token it does not know is
+    a 401 that no retry fixes; the rotated (valid) token is sent by the same clients."""
+    with FakeKube(tls=True, authorize=True) as fake:
+        fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        (tmp_path / "ca").write_bytes(fake.ca_pem)
+        account = ServiceAccountDir(tmp_path / "sa", ca=tmp_path / "ca", token="not-issued")
+        env = {"KUBERNETES_SERVICE_HOST": fake.host, "KUBERNETES_SERVICE_PORT": str(fake.port)}
+        endpoint = discover(environ=env, account_dir=account.root)
+
+        with pytest.raises(kubeapi.ApiStatusError) as refused:
+            _get_node_stdlib(endpoint)
+        assert (refused.value.code, refused.value.retryable) == (401, False)
+        with kubelightkube.client(endpoint) as client:
+            with pytest.raises(Exception) as sync:
+                client.get(Node, "n1")
+            failure = from_lightkube(sync.value, "GET Node n1")
+            assert failure is not None and (failure.code, failure.retryable) == (401, False)
+
+            account.rotate(fake.admin_token)
+            assert _get_node_stdlib(endpoint) == "n1"
+            assert _name(client.get(Node, "n1")) == "n1"
+
+        async def via_async() -> str:
+            client = kubelightkube.async_client(endpoint)
+            try:
+                return _name(await client.get(Node, "n1"))
+            finally:
+                await client.close()
+
+        assert asyncio.run(asyncio.wait_for(via_async(), _TIMEOUT_S)) == "n1"
