@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
 from libdisplay.cli import (
     binary_group,
     dev_root_option,
@@ -334,6 +335,11 @@ def cdi_cmd(cdi_root: Path) -> None:
 
     for uid in cdi.list_specs(cdi_dir=cdi_root):
         click.echo(f"{uid}\t{cdi.spec_path(uid, cdi_dir=cdi_root)}")
+
+
+# The read-only diagnosis subcommands (their module imports click alone).
+for _command in DIAGNOSIS_COMMANDS:
+    cli.add_command(_command)
 
 
 if __name__ == "__main__":

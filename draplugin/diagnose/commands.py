@@ -1,0 +1,212 @@
+"""draplugin's diagnosis subcommands: `ddc BUS`, and `dry-run weston-ini|slice|cdi`, which
+print what the operator would write for a sysfs tree (and a claim) and write nothing.
+
+The flags are the operator's own (names, environment variables and defaults), so the same
+pod environment gives the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from libdisplay.cli import (
+    dev_root_option,
+    output_alias_option,
+    output_aliases,
+    shell_option,
+    sysfs_root_option,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("draplugin.diagnose")
+
+
+def _path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
+    return click.option(flag, envvar=envvar, default=default, show_default=True,
+                        type=click.Path(path_type=Path), help=f"{help_text} (env {envvar}).")
+
+
+def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+
+# The operator's flags that shape what it writes.
+_operator_options = _compose(
+    sysfs_root_option,
+    dev_root_option,
+    output_alias_option,
+    shell_option,
+    _path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
+                 "The weston.ini the operator regenerates; its layout sockets sit beside it"),
+    _path_option("--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
+                 "The plugin's dir: its checkpoint holds the prepared claims' modes (read "
+                 "when present)"),
+    _path_option("--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
+                 "The compositor's socket dir on the host, which CDI specs mount"),
+    _path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR",
+                 "/var/run/display.liken.sh", "Where consumers' containers see that dir"),
+    click.option("--socket", envvar="WESTON_SOCKET", default="wayland-0", show_default=True,
+                 help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET)."),
+    click.option("--delivery", envvar="SOCKET_DELIVERY",
+                 type=click.Choice(["layout", "shared"]), default="layout", show_default=True,
+                 help="How a claim gets its Wayland socket, as the operator's --delivery "
+                 "(env SOCKET_DELIVERY)."),
+    click.option("--displays", "display_files", multiple=True,
+                 type=click.Path(dir_okay=False, path_type=Path),
+                 help="A file of Display objects (kubectl get displays -o yaml), standing for "
+                 "the API; without it no Display exists."),
+)
+
+
+def _node_option(*, required: bool) -> Callable[[F], F]:
+    return click.option("--node-name", envvar="NODE_NAME", required=required,
+                        help="This node's name: the pool and the Displays' prefix "
+                        "(env NODE_NAME).")
+
+
+def _settings(options: dict[str, Any]) -> Any:
+    """The operator's Settings for these flags; what a dry run never touches keeps its default."""
+    from draplugin.settings import KubeAccess, Settings
+
+    unused = Path("/nonexistent")
+    return Settings(
+        node_name=options.get("node_name") or "",
+        plugin_dir=options["plugin_dir"],
+        registry_dir=unused,
+        cdi_dir=unused,
+        weston_ini=options["weston_config"],
+        mode_records_dir=unused,
+        restarts_dir=unused,
+        pid_file=unused,
+        socket_dir=options["runtime_dir"],
+        container_socket_dir=options["container_runtime_dir"],
+        socket_name=options["socket"],
+        sysfs_root=options["sysfs_root"],
+        dev_root=options["dev_root"],
+        aliases=output_aliases(options["output_alias"]),
+        restart_timeout_s=10.0,
+        kube=KubeAccess(),
+        shell=options["shell"],
+        delivery=options["delivery"],
+    )
+
+
+def _kube(options: dict[str, Any], claims: list[dict[str, Any]] | None = None) -> Any:
+    from draplugin.diagnose import plans
+
+    return plans.FileKube(claims=claims or (),
+                          displays=plans.displays_from(options["display_files"]))
+
+
+def _print_json(obj: object) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+@click.command("ddc")
+@click.argument("bus")
+@dev_root_option
+@_json_option
+def ddc_cmd(bus: str, dev_root: Path, as_json: bool) -> None:
+    """Probe DDC/CI on BUS as the operator does: capabilities, brightness, contrast, input
+    source, power (read-only; exits 1 when the monitor does not answer).
+
+    BUS is /dev/i2c-N, a bare N (<dev-root>/i2c-N), or a simulated bus's unix socket.
+    """
+    from draplugin.diagnose.ddc_probe import BusPathError, bus_path, probe_bus, render
+
+    path = bus_path(bus, dev_root=dev_root)
+    try:
+        state = probe_bus(path)
+    except BusPathError as err:
+        raise click.BadParameter(str(err), param_hint="BUS") from err
+    if as_json:
+        _print_json({"bus": str(path), **state.to_status()})
+    else:
+        click.echo(render(path, state), nl=False)
+    if not state.supported:
+        raise SystemExit(1)
+
+
+@click.group("dry-run")
+def dry_run() -> None:
+    """Print what the operator would write for a sysfs tree (and a claim); nothing is written."""
+
+
+def _failures() -> tuple[type[Exception], ...]:
+    from draplugin.checkpoint import CheckpointError
+    from draplugin.diagnose.plans import DiagnoseInputError, ReadOnlyError
+    from libdisplay import cdi, drm
+
+    return (DiagnoseInputError, ReadOnlyError, CheckpointError, drm.DrmError, cdi.CdiError)
+
+
+@dry_run.command("weston-ini")
+@_node_option(required=False)
+@_operator_options
+def weston_ini_cmd(**options: Any) -> None:
+    """The weston.ini the operator would write: each output at the mode of the prepared claim
+    holding it (the checkpoint), else its Display's spec.mode, else the monitor's preferred
+    mode."""
+    from draplugin.diagnose import plans
+
+    if options["display_files"] and not options["node_name"]:
+        raise click.UsageError("--displays needs --node-name: Displays are named per node")
+    try:
+        click.echo(plans.weston_ini(_settings(options), _kube(options)), nl=False)
+    except _failures() as err:
+        raise click.ClickException(str(err)) from err
+
+
+@dry_run.command("slice")
+@_node_option(required=True)
+@click.option("--node-uid", default="00000000-0000-0000-0000-000000000000", show_default=True,
+              help="The Node's uid, for the slice's owner reference (the API has the real one).")
+@click.option("--ddc/--no-ddc", default=True, show_default=True,
+              help="Probe each monitor's DDC/CI, as the publisher does, for the `ddc` attribute.")
+@_operator_options
+def slice_cmd(node_uid: str, ddc: bool, **options: Any) -> None:
+    """The ResourceSlice the operator would publish for this node (JSON)."""
+    from draplugin.diagnose import plans
+
+    try:
+        _print_json(plans.resource_slice(_settings(options), node_uid=node_uid, ddc=ddc))
+    except _failures() as err:
+        raise click.ClickException(str(err)) from err
+
+
+@dry_run.command("cdi")
+@click.argument("claim_file", type=click.Path(dir_okay=False, path_type=Path))
+@_node_option(required=True)
+@_operator_options
+def cdi_cmd(claim_file: Path, **options: Any) -> None:
+    """The CDI spec the operator would write for CLAIM_FILE, a ResourceClaim with its
+    allocation (kubectl get resourceclaim NAME -o yaml), checked as prepare checks it (JSON)."""
+    from draplugin.allocation import AllocationError
+    from draplugin.claimconfig import ClaimConfigError
+    from draplugin.diagnose import plans
+    from draplugin.state import PrepareError
+
+    failures: tuple[type[Exception], ...] = (*_failures(), PrepareError, AllocationError,
+                                             ClaimConfigError)
+    try:
+        claim = plans.claim_from(claim_file)
+        spec = plans.cdi_spec(_settings(options), _kube(options, [claim]), claim)
+    except failures as err:
+        raise click.ClickException(f"{claim_file}: {err}") from err
+    _print_json(spec)
+
+
+COMMANDS = (ddc_cmd, dry_run)
