@@ -330,3 +330,31 @@ def test_default_fake_allows_everything() -> None:
         assert call(plain.url, "GET", "/api/v1/nodes").code == 200
         assert plain.denials() == []
         assert plain.get("rbac.authorization.k8s.io/v1", "ClusterRole", "cluster-admin") is None
+
+
+def test_bindings_are_validated_and_their_role_ref_is_fixed(fake: FakeKube) -> None:
+    def crb(name: str, ref_kind: str, *subjects: JsonObject) -> JsonObject:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind,
+                            "name": "r"},
+                "subjects": list(subjects)}
+
+    path = f"{RBAC}/clusterrolebindings"
+    to_role = call(fake.url, "POST", path, crb("a", "Role", user("alice")),
+                   token=fake.admin_token)
+    assert to_role.code == 422
+    assert [c["field"] for c in to_role.body["details"]["causes"]] == ["roleRef.kind"]
+    no_namespace = call(fake.url, "POST", path,
+                        crb("b", "ClusterRole", {"kind": "ServiceAccount", "name": "sa"}),
+                        token=fake.admin_token)
+    assert [c["field"] for c in no_namespace.body["details"]["causes"]] == [
+        "subjects[0].namespace"]
+    admin(fake, "POST", path, crb("c", "ClusterRole", user("alice")))
+    moved = call(fake.url, "PATCH", f"{path}/c", {"roleRef": {"name": "other"}},
+                 token=fake.admin_token, content_type="application/merge-patch+json")
+    assert moved.code == 422
+    assert "cannot change roleRef" in moved.body["message"]
+    subjects = call(fake.url, "PATCH", f"{path}/c", {"subjects": [user("bob")]},
+                    token=fake.admin_token, content_type="application/merge-patch+json")
+    assert subjects.code == 200

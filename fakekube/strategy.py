@@ -11,7 +11,7 @@ import secrets
 import uuid
 from typing import Any
 
-from fakekube import dra, kinds, status
+from fakekube import dra, kinds, rbacvalidation, status
 from fakekube.kinds import Kind
 from fakekube.status import Cause
 
@@ -152,6 +152,9 @@ def causes(kind: Kind, new: JsonObject, old: JsonObject | None, *, minor: int) -
         return dra.claim_causes(new, old)
     if kind.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         kinds.kind_from_crd(new)  # raises the 422 itself, naming the CRD's bad field
+    if kind.key in (("rbac.authorization.k8s.io", "rolebindings"),
+                    ("rbac.authorization.k8s.io", "clusterrolebindings")):
+        return rbacvalidation.binding_causes(new, old, namespaced=kind.namespaced)
     return []
 
 
