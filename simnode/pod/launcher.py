@@ -169,7 +169,8 @@ def bwrap_argv(spec: LaunchSpec, *, info_fd: int) -> list[str]:
             "--ro-bind", str(usr), "/usr"]
     for name in _MERGED:
         args += ["--symlink", f"usr/{name}", f"/{name}"]
-    args += ["--ro-bind", str(spec.rootfs.etc), "/etc", "--proc", "/proc", "--dev", "/dev",
+    args += _etc(spec)
+    args += ["--proc", "/proc", "--dev", "/dev",
              "--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var", "--symlink", "../run",
              "/var/run", "--dir", "/root"]
     for bind in sorted(spec.binds, key=lambda b: b.dest.count("/")):
@@ -183,6 +184,21 @@ def bwrap_argv(spec: LaunchSpec, *, info_fd: int) -> list[str]:
     mount = f"{_tool('mount')} -t overlay overlay -o ro,lowerdir={lower} {usr}"
     return [_tool("unshare"), "--mount", "--propagation", "private", "--",
             "/bin/sh", "-c", f'{mount} && exec "$@"', "sh", *args]
+
+
+def _etc(spec: LaunchSpec) -> list[str]:
+    """The image's /etc, entry by entry on a tmpfs (read-only each), so that a mount under
+    /etc (/etc/weston) has a mount point to be made on, as a runtime's writable layer gives."""
+    taken = {b.dest.split("/")[2] for b in spec.binds if b.dest.startswith("/etc/")}
+    args = ["--tmpfs", "/etc"]
+    for entry in sorted(spec.rootfs.etc.iterdir()):
+        if entry.name in taken:
+            continue
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry), f"/etc/{entry.name}"]
+        else:
+            args += ["--ro-bind", str(entry), f"/etc/{entry.name}"]
+    return args
 
 
 def _tool(name: str) -> str:

@@ -100,6 +100,8 @@ class PodRunner:
         try:
             self._publish()
             for container in self.template.init_containers:
+                if self._stop.is_set():
+                    return
                 state = self.states[container.name]
                 self._launch(state)
                 if not container.sidecar:

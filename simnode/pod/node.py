@@ -1,0 +1,284 @@
+"""A simulated node running the rendered DaemonSet's pod through the runner.
+
+What the node is, before any pod: the fake API (HTTPS, tokens, RBAC) with every object of the
+manifests applied and the node's Node object, the simulated card under the host root with a
+DDC/CI monitor on each connector's i2c socket, the node's Xvfb (the card's "screens"), the
+weston image's layout module, and liken's CDI spec of the card. Then the pod: the Pod object
+(as the DaemonSet controller makes it) and its claim (allocated as the scheduler allocates it),
+the volumes and projections the kubelet makes, the containers run by `PodRunner`, the status
+written as the kubelet writes it, and the plugin's registration as the kubelet does it. `roll`
+replaces the pod as the DaemonSet's roll does with `maxSurge: 0`: the old pod has stopped, and
+its emptyDir is gone, before the new one starts; hostPaths stay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from fakekube.kubelet import Kubelet
+from fakekube.server import FakeKube
+from libdisplay.cdi import DRIVER
+from libdisplay.ddc_socket import MonitorServer
+from libdisplay.processes import Process, start, unix_socket_accepts
+from simnode import card, cluster
+from simnode.pod import control, simcard
+from simnode.pod.assemble import Assembler, Machine
+from simnode.pod.launcher import BwrapLauncher, Launcher
+from simnode.pod.manifest import PodTemplate, daemonset, load_documents, pod_template
+from simnode.pod.runner import PodRunner
+from simnode.pod.volumes import PodVolumes, clear, project
+from simnode.up import serve_monitors, stop_monitors, use_trixie_compositor
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S: Final = 120.0
+SECRET_SYNC_S: Final = 1.0
+"""How often the kubelet re-reads a Secret volume's Secret (a real one: about a minute)."""
+XVFB_SCREEN: Final = "4096x2160x24"
+MODULEDIR: Final = Path("usr/lib/x86_64-linux-gnu/weston")
+LAYOUT_BUILD: Final = Path("westonctl") / "layout" / "build.sh"
+
+
+class NodeError(Exception):
+    """The node or its pod could not start; the message says which part and where its log is."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    state: Path
+    repo: Path
+    dist: Path
+    manifests: str
+    """The rendered manifests (`kubectl kustomize deploy/base`)."""
+    trixie_root: Path
+    node_name: str = "sim-node-1"
+    monitors: int = 3
+    start_timeout_s: float = START_TIMEOUT_S
+
+    @property
+    def host(self) -> Path:
+        """The simulated host's root: hostPaths, the card's /sys and /dev."""
+        return self.state / "host"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+
+class RunningPod:
+    """One pod of the DaemonSet on this node, from its Pod object to its removal."""
+
+    def __init__(self, node: PodNode, number: int) -> None:
+        self.node = node
+        config = node.config
+        self.template = node.template
+        self.object = node.control.create_pod(self.template)
+        self.name = str(self.object["metadata"]["name"])
+        self.claims = node.control.create_claims(self.template, self.object,
+                                                 simcard.ALLOCATION, simcard.LIKEN_DRIVER)
+        self.dir = config.state / "pods" / self.name
+        self.logs = config.logs / f"pod-{number}-{self.name}"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.volumes = PodVolumes(self.template, host_root=config.host, pod_dir=self.dir)
+        self._stop = threading.Event()
+        self._secrets: threading.Thread | None = None
+        cdi = {}
+        for claim in self.template.claim_templates:
+            cdi.update(simcard.claim_edits(claim, simcard.ALLOCATION, node.devices))
+        account = self.dir / "serviceaccount"
+        self.assembler = Assembler(
+            self.template, machine=node.machine, pod=self.object, volumes=self.volumes,
+            service_account=account, api=(node.kube.host, node.kube.port), cdi=cdi,
+            logs=self.logs, scratch=self.dir / "scratch")
+        self.runner = PodRunner(
+            self.template, launcher=node.launcher, spec_for=self.assembler.spec,
+            images={c.name: c.image for c in self.template.all_containers()},
+            on_status=lambda status: node.control.write_status(self.object, status))
+
+    def build_images(self) -> None:
+        """Each image's PEX unpacked once (see `Assembler.warm_spec`)."""
+        for container in self.template.all_containers():
+            if container.command is not None:
+                continue
+            launched = self.node.launcher.launch(self.assembler.warm_spec(container))
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not launched.exited() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            code = launched.reap() if launched.exited() else launched.kill_and_reap()
+            if code != 0:
+                raise NodeError(f"image of {container.name}: `--version` exited {code}: see"
+                                f" {self.logs}/build-{container.name}.log")
+
+    def start(self) -> None:
+        self.build_images()
+        self.volumes.create()
+        account = self.dir / "serviceaccount"
+        account.mkdir(parents=True, exist_ok=True)
+        project(account, self.node.control.service_account_files(
+            self.template.namespace, self.template.service_account))
+        self._sync_secrets()
+        self._secrets = threading.Thread(target=self._keep_secrets, name="secret volumes",
+                                         daemon=True)
+        self._secrets.start()
+        self.runner.start(timeout_s=self.node.config.start_timeout_s)
+
+    def _sync_secrets(self) -> None:
+        for volume in self.template.volumes.values():
+            if volume.kind != "secret":
+                continue
+            files = self.node.control.secret(self.template.namespace, volume.secret_name)
+            directory = self.volumes.source(volume.name)
+            if files is None:
+                clear(directory)
+            elif project(directory, files):
+                log.info("projected Secret %s into volume %s", volume.secret_name, volume.name)
+
+    def _keep_secrets(self) -> None:
+        while not self._stop.wait(SECRET_SYNC_S):
+            try:
+                self._sync_secrets()
+            except Exception:  # a failed read leaves the last projection, as the kubelet does
+                log.exception("syncing Secret volumes failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.runner.stop()
+        if self._secrets is not None:
+            self._secrets.join(30)
+        self.volumes.remove()
+        self.node.control.delete_pod(self.object, self.claims)
+
+
+class PodNode:
+    def __init__(self, config: NodeConfig, *, launcher: Launcher | None = None) -> None:
+        self.config = config
+        self.template: PodTemplate = pod_template(daemonset(load_documents(config.manifests)))
+        self.launcher = launcher or BwrapLauncher()
+        self.kube = FakeKube(tls=True, authorize=True)
+        self.control: control.ControlPlane
+        self.node_object: cluster.NodeObject | None = None
+        self.monitors = card.monitors(config.monitors)
+        self.servers: dict[str, MonitorServer] = {}
+        self.xvfb: Process | None = None
+        self.display = ""
+        self.devices: dict[str, Any] = {}
+        self.machine = Machine(
+            repo=config.repo, dist=config.dist, trixie_root=config.trixie_root,
+            pex_root=Path("/var/cache/display-operator/simnode-pex-root"),
+            extra_usr={"trixie": config.state / "images" / "trixie-layer" / "usr"})
+        self.pod: RunningPod | None = None
+        self._pods = 0
+
+    @property
+    def registration_socket(self) -> Path:
+        return (self.config.host / "var/lib/kubelet/plugins_registry"
+                / f"{DRIVER}-reg.sock")
+
+    def start(self) -> None:
+        config = self.config
+        config.logs.mkdir(parents=True, exist_ok=True)
+        use_trixie_compositor(config.dist)
+        self.kube.start()
+        self.control = control.ControlPlane(self.kube, config.state / "identities",
+                                            node=config.node_name)
+        self.node_object = cluster.NodeObject(self.control.kubelet, config.node_name)
+        self.node_object.publish()
+        self.control.apply(load_documents(config.manifests))
+        card.write_card(config.host, self.monitors)
+        self.servers = serve_monitors(config.host, self.monitors)
+        self._build_layout()
+        self._start_xvfb()
+        self.devices = simcard.edits(config.host, self.monitors, display=self.display)
+        cdi_dir = config.host / "var/run/cdi"
+        cdi_dir.mkdir(parents=True, exist_ok=True)
+        simcard.write_spec(cdi_dir, self.devices)
+        self.start_pod()
+
+    def start_pod(self) -> None:
+        self._pods += 1
+        self.pod = RunningPod(self, self._pods)
+        self.pod.start()
+        self._register()
+
+    def _register(self) -> None:
+        """The kubelet's plugin watcher: GetInfo and NotifyRegistrationStatus."""
+        assert self.pod is not None
+        operator = self.pod.runner.states.get("operator")
+        deadline_s = START_TIMEOUT_S
+        process_wait = threading.Event()
+        waited = 0.0
+        while not unix_socket_accepts(self.registration_socket):
+            if waited >= deadline_s:
+                raise NodeError(f"the operator's registration socket {self.registration_socket}"
+                                f" did not answer in {deadline_s:g} s: see"
+                                f" {self.pod.logs}/operator.log")
+            if operator is not None and operator.launched is None and operator.restart_count:
+                log.info("operator restarting; waiting for its registration socket")
+            process_wait.wait(0.1)
+            waited += 0.1
+        with self.kubelet() as kubelet:
+            log.info("kubelet: registered %s (%s)", DRIVER, kubelet.service)
+
+    def kubelet(self) -> Kubelet:
+        return Kubelet(self.registration_socket, driver=DRIVER, host_root=self.config.host)
+
+    def roll(self) -> None:
+        """Replace the pod: the old one stops and is deleted before the new one starts."""
+        self.stop_pod()
+        self.start_pod()
+
+    def stop_pod(self) -> None:
+        if self.pod is not None:
+            self.pod.stop()
+            self.pod = None
+
+    def stop(self) -> None:
+        try:
+            self.stop_pod()
+        finally:
+            if self.xvfb is not None:
+                self.xvfb.stop()
+            stop_monitors(self.servers)
+            if self.node_object is not None:
+                # The kubelet may not delete its Node: the cluster owner removes it.
+                self.node_object.api = self.control.admin
+                try:
+                    self.node_object.withdraw()
+                except Exception:  # the fake goes next anyway
+                    log.exception("withdrawing the Node failed")
+            self.kube.stop()
+
+    def _build_layout(self) -> None:
+        out = self.machine.extra_usr["trixie"].parent / MODULEDIR / "layout-shell.so"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with (self.config.logs / "layout-build.log").open("wb") as log_file:
+            done = subprocess.run(["sh", str(self.config.repo / LAYOUT_BUILD), str(out)],
+                                  stdout=log_file, stderr=subprocess.STDOUT, timeout=300,
+                                  check=False)
+        if done.returncode != 0:
+            raise NodeError(f"building the layout module failed: see"
+                            f" {self.config.logs / 'layout-build.log'}")
+
+    def _start_xvfb(self) -> None:
+        read_fd, write_fd = os.pipe()
+        try:
+            self.xvfb = start(["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
+                               XVFB_SCREEN, "-nolisten", "tcp", "-noreset"],
+                              log_path=self.config.logs / "xvfb.log", pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        with os.fdopen(read_fd) as numbers:
+            readable, _, _ = select.select([numbers], [], [], START_TIMEOUT_S)
+            line = numbers.readline() if readable else ""
+        if not line.strip().isdecimal():
+            raise NodeError(f"Xvfb did not report its display: see {self.xvfb.log_path}")
+        self.display = f":{int(line)}"
+
