@@ -243,6 +243,7 @@ def operator(**options: Any) -> None:
         ddc=node.runtime.ddc_hook() if node else None,
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,
+        metrics=node.runtime.metrics if node else None,
     )
     try:
         driver.recover()

@@ -1,26 +1,48 @@
-"""Claim modes: the mode records in /etc/weston, weston.ini from them, and compositor restarts.
+"""Claim modes: what each output runs at, the weston.ini that says so, and ordered restarts.
 
-A mode record (`<records dir>/<claimUID>.json`) holds what one claim asks of each of its
-outputs (mode, transform, scale) and what each Display's `spec` said before the operator wrote
-the claim's values there, so unprepare can put that back. `weston.ini` is composed from the
-effective config of every output: the claim's record, else the Display's spec, else the
-monitor's preferred mode (`libdisplay.outputs`). When the file changes, the compositor is
-restarted: a restart order naming weston's pid (read from westonctl's pid file, the pod shares
-its process namespace), SIGTERM, then a bounded wait until a new weston answers on the socket.
+Where each fact lives, once:
+
+- **What a claim asked for** (mode, transform, scale per device) is its entry's `config` in the
+  plugin's checkpoint (`draplugin.checkpoint`), in the kubelet-plugin hostPath. It survives a
+  restart of any container and a roll of the pod; the weston-config emptyDir does not, so
+  nothing about a claim is kept there.
+- **What a person wants** is the Display's `spec` (mode, transform, scale). The operator never
+  writes it: a claim's mode is what the operator applies and observes (`status.currentMode`),
+  not a setting of the monitor. So releasing a claim needs no memory of what came before it,
+  and a person's edit of `spec.mode` made during a claim is simply what applies after release.
+- **What an output runs at** is derived, never stored: per connected connector, the claim
+  holding it (checkpoint state `started` or `prepared`) over the Display's `spec` over the
+  monitor's preferred mode, field by field for transform and scale; a claim's `preferred`
+  overrides `spec.mode` (`libdisplay.outputs.choose`). `weston.ini` is that derivation
+  written out. declare writes it at pod start from the Displays alone (it cannot read the
+  checkpoint); the operator rewrites it from the checkpoint and the Displays at its own start
+  and at each prepare or unprepare that states output fields, and restarts the compositor
+  when the text changed. So a new pod sets each mode once, except an output a claim holds
+  across the roll: weston starts at its Display's mode and the operator's start-up orders the
+  one restart that puts the claim's mode back. A machine that comes up with no claim left
+  runs every screen at its Display's `spec.mode`, or at the mode its monitor prefers.
+
+A rewrite of weston.ini and the restart that applies it are two steps: a marker beside
+weston.ini (`weston.ini.unapplied`) is written before the file and removed once weston has
+been told to restart (or is not running, and reads the file when it starts), so an operator
+killed between the two restarts the compositor at its next start.
+
+A restart is a restart order naming weston's pid (`libdisplay.westonpid`, which checks the pid
+is weston's), SIGTERM, then a bounded wait until a new weston answers on the socket.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
+from draplugin.checkpoint import Checkpoint, ClaimEntry
 from draplugin.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
@@ -36,12 +58,12 @@ from libdisplay.outputs import (
 )
 from libdisplay.wayland import Liveness, probe
 from libdisplay.weston import order_restart
+from libdisplay.westonpid import weston_pid
 
 log = logging.getLogger(__name__)
 
-OUTPUT_FIELDS: Final = ("mode", "transform", "scale")
-RECORD_VERSION: Final = 1
-"""A record without `version` is of version 0, the same fields before versioning."""
+HOLDING_STATES: Final = ("started", "prepared")
+"""Checkpoint states whose claim's output fields apply; `unpreparing` is being released."""
 _POLL_S: Final = 0.02
 _PROBE_TIMEOUT_S: Final = 0.5
 
@@ -50,93 +72,12 @@ class ModesError(Exception):
     """Base of this module's errors."""
 
 
-class ModeRecordError(ModesError):
-    """A mode record that cannot be read; the message names the claim, the file and why."""
+class DisplayReadError(ModesError):
+    """A Display could not be read from the API: the derivation would be a guess."""
 
 
 class CompositorTimeoutError(ModesError):
     """The compositor did not answer on its socket in time after a restart."""
-
-
-@dataclass(frozen=True, slots=True)
-class ModeRecord:
-    """What one claim asks of each of its outputs, and the Display specs it replaced."""
-
-    claim_uid: str
-    outputs: Mapping[str, DisplayConfig]
-    """Per device name; only the output fields (mode, transform, scale) are set."""
-    previous: Mapping[str, Mapping[str, object] | None]
-    """Per device name, the Display's output fields before; None when there was no Display."""
-
-    def to_json(self) -> str:
-        data = {
-            "version": RECORD_VERSION,
-            "claimUID": self.claim_uid,
-            "outputs": {d: c.to_json() for d, c in sorted(self.outputs.items())},
-            "previous": {d: None if p is None else dict(p) for d, p in self.previous.items()},
-        }
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-
-def record_path(records_dir: Path, claim_uid: str) -> Path:
-    return records_dir / f"{claim_uid}.json"
-
-
-def write_record(records_dir: Path, record: ModeRecord) -> None:
-    records_dir.mkdir(parents=True, exist_ok=True)
-    fsutil.atomic_write(record_path(records_dir, record.claim_uid), record.to_json())
-
-
-def read_record(records_dir: Path, claim_uid: str) -> ModeRecord | None:
-    """The claim's record, or None without one; ModeRecordError when it cannot be read."""
-    path = record_path(records_dir, claim_uid)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ModeRecordError(f"mode record of claim {claim_uid} ({path}): {err}") from err
-    try:
-        return _parse_record(text, source=f"mode record of claim {claim_uid}")
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
-        raise ModeRecordError(
-            f"mode record of claim {claim_uid} ({path}) is not valid: {err}") from err
-
-
-def remove_record(records_dir: Path, claim_uid: str) -> bool:
-    return fsutil.remove(record_path(records_dir, claim_uid))
-
-
-def list_records(records_dir: Path) -> tuple[str, ...]:
-    """Claim UIDs with a record; fsutil's temporaries (dot files) are not records."""
-    try:
-        names = [p.name for p in records_dir.iterdir()]
-    except FileNotFoundError:
-        return ()
-    return tuple(sorted(n[: -len(".json")] for n in names if n.endswith(".json") and n[0] != "."))
-
-
-def _parse_record(text: str, *, source: str) -> ModeRecord:
-    """Lenient within a known version: unknown keys are ignored and an output field that no
-    longer validates is left out (logged); a wrong shape or version raises."""
-    data: Any = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    version = data.get("version", 0)
-    if version not in (0, RECORD_VERSION):
-        raise ValueError(f"version {version!r} is not 0 or {RECORD_VERSION}")
-    outputs = {}
-    for device, stored in dict(data["outputs"]).items():
-        config, dropped = from_stored(stored, source=f"{source} device {device}")
-        for message in dropped:
-            log.warning("%s: left out", message)
-        outputs[str(device)] = config
-    return ModeRecord(
-        claim_uid=str(data["claimUID"]),
-        outputs=outputs,
-        previous={str(d): None if p is None else dict(p)
-                  for d, p in dict(data["previous"]).items()},
-    )
 
 
 def output_fields(config: DisplayConfig) -> DisplayConfig:
@@ -144,54 +85,45 @@ def output_fields(config: DisplayConfig) -> DisplayConfig:
     return DisplayConfig(mode=config.mode, transform=config.transform, scale=config.scale)
 
 
-# --- Display spec write-back -------------------------------------------------------------
+def stored_config(entry: ClaimEntry, device: str) -> DisplayConfig:
+    """A device's checkpointed config, read leniently: a field that no longer validates is
+    left out (logged), never fatal."""
+    config, dropped = from_stored(
+        entry.config.get(device, {}),
+        source=f"checkpointed config of claim {entry.uid} device {device}")
+    for message in dropped:
+        log.warning("%s: left out", message)
+    return config
 
 
-def display_patch(config: DisplayConfig) -> dict[str, object]:
-    """The Display `spec` fields a claim's output config sets."""
-    return {k: v for k, v in config.to_json().items() if k in OUTPUT_FIELDS}
+def states_output(entry: ClaimEntry) -> bool:
+    """Whether the claim asks the compositor for a mode, transform or scale."""
+    return any(stored_config(entry, d).states_output for d in entry.config)
 
 
-def read_previous(kube: Kube, name: str) -> Mapping[str, object] | None:
-    spec = kube.get_display_spec(name)
-    if spec is None:
-        return None
-    return {k: spec[k] for k in OUTPUT_FIELDS if k in spec}
-
-
-def write_claimed(kube: Kube, *, node: str, record: ModeRecord) -> None:
-    """Put the claim's output fields into each Display that exists."""
-    for device, config in record.outputs.items():
-        if record.previous.get(device) is None:
-            log.info("no Display for %s: its spec.mode is not updated", device)
+def claimed_outputs(checkpoint: Checkpoint) -> dict[str, DisplayConfig]:
+    """Per device name, the output fields of the claim holding it, from the checkpoint."""
+    claimed: dict[str, DisplayConfig] = {}
+    for uid in sorted(checkpoint.claims):
+        entry = checkpoint.claims[uid]
+        if entry.state not in HOLDING_STATES:
             continue
-        name = display.display_name(node, device)
-        kube.patch_display_spec(name, display_patch(config))
-        log.info("Display %s spec now %s (claim %s)", name, display_patch(config), record.claim_uid)
-
-
-def restore_previous(kube: Kube, *, node: str, record: ModeRecord) -> None:
-    """Put back what each Display's spec said before the claim."""
-    for device, config in record.outputs.items():
-        previous = record.previous.get(device)
-        if previous is None:
-            continue
-        patch = {k: previous.get(k) for k in display_patch(config)}
-        name = display.display_name(node, device)
-        kube.patch_display_spec(name, patch)
-        log.info("Display %s spec restored to %s", name, dict(previous))
+        for device in entry.config:
+            config = output_fields(stored_config(entry, device))
+            if config.states_output:
+                claimed[device] = config
+    return claimed
 
 
 # --- weston.ini --------------------------------------------------------------------------
 
 
-def compose(settings: Settings, kube: Kube, *, cards: Iterable[drm.Card] | None = None) -> str:
-    """weston.ini text for the effective config of every output of the card, as declare
-    composes it at pod start."""
+def compose(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig], *,
+            cards: Iterable[drm.Card] | None = None) -> str:
+    """weston.ini text for every output of the card, composed as declare composes it."""
     cards = tuple(cards) if cards is not None else drm.enumerate_cards(
         sysfs_root=settings.sysfs_root, dev_root=settings.dev_root
     )
-    claimed = _claimed_outputs(settings.mode_records_dir)
     connected = [c.device_name for card in cards for c in card.connectors if c.connected]
     specs = {d: _merged_spec(_display_spec(kube, settings.node_name, d), claimed.get(d))
              for d in connected}
@@ -209,39 +141,57 @@ def compose(settings: Settings, kube: Kube, *, cards: Iterable[drm.Card] | None 
     ).render()
 
 
-def regenerate(settings: Settings, kube: Kube) -> bool:
-    """Rewrite weston.ini when its effective config changed; True if it did."""
-    text = compose(settings, kube)
-    try:
-        if settings.weston_ini.read_text(encoding="utf-8") == text:
-            return False
-    except FileNotFoundError:
-        pass
-    settings.weston_ini.parent.mkdir(parents=True, exist_ok=True)
-    fsutil.atomic_write(settings.weston_ini, text)
-    log.info("rewrote %s", settings.weston_ini)
+def unapplied_marker(weston_ini: Path) -> Path:
+    return weston_ini.with_name(weston_ini.name + ".unapplied")
+
+
+def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, *, reason: str,
+          on_ordered: Callable[[], None] | None = None,
+          on_written: Callable[[], None] | None = None) -> bool:
+    """Bring weston.ini in line with the checkpoint and the Displays, and restart the
+    compositor when it changed (or an earlier change was never applied). True when it did.
+    `on_ordered` hears each restart order; `on_written` is called between the file and the
+    restart (a test's crash point)."""
+    text = compose(settings, kube, claimed_outputs(checkpoint))
+    ini = settings.weston_ini
+    marker = unapplied_marker(ini)
+    if _read(ini) != text:
+        ini.parent.mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(marker, f"{reason}\n")
+        fsutil.atomic_write(ini, text)
+        log.info("rewrote %s (%s)", ini, reason)
+    elif not marker.exists():
+        return False
+    if on_written is not None:
+        on_written()
+    restart_compositor(settings, reason=reason, on_ordered=on_ordered,
+                       on_signalled=lambda: _remove(marker))
     return True
 
 
-def _claimed_outputs(records_dir: Path) -> dict[str, DisplayConfig]:
-    claimed: dict[str, DisplayConfig] = {}
-    for uid in list_records(records_dir):
-        try:
-            record = read_record(records_dir, uid)
-        except ModeRecordError as err:
-            log.warning("ignoring %s", err)
-            continue
-        if record is not None:
-            claimed.update(record.outputs)
-    return claimed
+def _remove(path: Path) -> None:
+    fsutil.remove(path)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
 
 
 def _display_spec(kube: Kube, node: str, device: str) -> DisplaySpec | None:
     name = display.display_name(node, device)
     try:
         spec = kube.get_display_spec(name)
-        return None if spec is None else parse_spec(spec)
-    except (KubeError, DisplaySpecError) as err:
+    except KubeError as err:
+        raise DisplayReadError(f"cannot read Display {name}: {err}") from err
+    if spec is None:
+        return None
+    try:
+        return parse_spec(spec)
+    except DisplaySpecError as err:
+        # As declare does: a spec no compositor can take leaves the output at its default.
         log.warning("Display %s: %s; its output ignores it", name, err)
         return None
 
@@ -261,32 +211,30 @@ def _merged_spec(spec: DisplaySpec | None, claim: DisplayConfig | None) -> Displ
 # --- restarts ----------------------------------------------------------------------------
 
 
-def weston_pid(pid_file: Path) -> int | None:
-    """weston's pid as westonctl wrote it, when that process is alive."""
-    try:
-        pid = int(pid_file.read_text(encoding="utf-8").strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # it exists; only signalling is refused, which the restart will report
-    return pid
-
-
-def restart_compositor(settings: Settings, *, reason: str) -> None:
+def restart_compositor(settings: Settings, *, reason: str,
+                       on_ordered: Callable[[], None] | None = None,
+                       on_signalled: Callable[[], None] | None = None) -> None:
     """Order weston's restart, SIGTERM it and wait until a new weston answers.
 
     Without a running weston there is nothing to restart: it reads weston.ini when it starts.
+    `on_ordered` hears each order written; `on_signalled` is called once weston was told (or
+    there is no weston), before the wait.
     """
     pid = weston_pid(settings.pid_file)
     if pid is None:
         log.info("weston is not running: it will read %s when it starts", settings.weston_ini)
+        if on_signalled is not None:
+            on_signalled()
         return
     order_restart(pid, reason=reason, directory=settings.restarts_dir)
-    os.kill(pid, signal.SIGTERM)
+    if on_ordered is not None:
+        on_ordered()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        log.info("weston pid %s exited before the SIGTERM", pid)
+    if on_signalled is not None:
+        on_signalled()
     log.info("sent SIGTERM to weston pid %s; waiting for the socket to answer", pid)
     started = time.monotonic()
     deadline = started + settings.restart_timeout_s

@@ -3,18 +3,25 @@ and modes.
 
 Every step that writes is followed by a named fault point, so a test can kill the plugin
 (SIGKILL) right there, restart it, and check that repeating the call — or start-up recovery —
-ends with no leaked CDI spec or claim socket, no lost claim and no mode record without a
-claim. The order:
+ends with no leaked CDI spec or claim socket, no lost claim, and a compositor config that
+matches the checkpoint. The order:
 
 prepare: a plan without side effects for the whole claim (claim, allocation, devices now in
-sysfs, every device's config against its monitor, DDC/CI settings against its bus, the mode
-record it will replace) -> checkpoint `started` -> DDC/CI settings -> mode record -> Display
-specs -> weston.ini and restart -> the claim's sockets (`draplugin.delivery`) -> CDI spec ->
-checkpoint `prepared`. A claim whose plan fails has nothing written. The CDI spec
-comes after every step that can fail for the compositor's sake (restart, socket), so a claim
-that fails there has no spec and stays `started` until the kubelet repeats or unprepares it.
-unprepare: checkpoint `unpreparing` -> CDI spec removed -> sockets removed -> Display specs
-restored -> mode record removed -> weston.ini and restart -> checkpoint entry removed.
+sysfs, every device's config against its monitor, DDC/CI settings against its bus) ->
+checkpoint `started`, holding the claim's config -> DDC/CI settings -> weston.ini from the
+checkpoint and the Displays, and restart (`draplugin.modes`) -> the claim's sockets
+(`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. A claim whose plan fails has
+nothing written. The CDI spec comes after every step that can fail for the compositor's sake
+(restart, socket), so a claim that fails there has no spec and stays `started` until the
+kubelet repeats or unprepares it.
+unprepare: checkpoint `unpreparing` (its mode no longer applies) -> CDI spec removed ->
+sockets removed -> weston.ini and restart -> checkpoint entry removed.
+The checkpoint is the one record of what a claim asked for; Display specs are a person's and
+are never written here (`draplugin.modes` says where each fact lives).
+
+At start, after recovering each claim, weston.ini is derived again from the checkpoint and
+the Displays: a pod that replaced the last one started weston from the Displays alone, so an
+output a claim still holds gets its mode back with one ordered restart.
 
 The layout module forgets every claim's socket when the compositor restarts; the checkpoint
 does not. `restore_sockets` recreates the prepared claims' sockets: at start, after each
@@ -29,6 +36,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
@@ -36,12 +44,11 @@ from typing import Final, Literal, Protocol, get_args
 from draplugin import checkpoint, delivery, modes
 from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, from_stored
+from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import cdi, drm
 from libdisplay.cdi import ClaimedOutput
-from libdisplay.display import display_name
 from libdisplay.modes import Mode
 from libdisplay.outputs import Monitor, read_monitor
 from libdisplay.weston import WestonIniError, check_output_mode
@@ -50,8 +57,7 @@ log = logging.getLogger(__name__)
 
 FaultPoint = Literal[
     "prepare-started",
-    "prepare-mode-recorded",
-    "prepare-display-written",
+    "prepare-ini-written",
     "prepare-restarted",
     "prepare-socket-created",
     "prepare-cdi-written",
@@ -59,8 +65,7 @@ FaultPoint = Literal[
     "unprepare-started",
     "unprepare-cdi-removed",
     "unprepare-socket-removed",
-    "unprepare-display-restored",
-    "unprepare-mode-removed",
+    "unprepare-ini-written",
     "unprepare-restarted",
     "unprepare-completed",
 ]
@@ -71,6 +76,27 @@ _FAILURES: Final = (
     KubeError, modes.ModesError, drm.DrmError, cdi.CdiError, checkpoint.CheckpointError,
     delivery.DeliveryError, OSError,
 )
+
+
+PrepareErrorReason = Literal["claim", "failure", "internal", "refused"]
+"""Why a claim's prepare failed: the claim itself (bad config, gone, not here), what the
+claim needs (API, compositor, disk), a bug, or a compositor that does not answer."""
+
+
+class Recorder(Protocol):
+    """Where the driver's metrics go (`draplugin.node.metrics.Metrics`)."""
+
+    def prepare_done(self, seconds: float, *, error: PrepareErrorReason | None) -> None: ...
+
+    def restart_ordered(self) -> None: ...
+
+
+class _NoRecorder:
+    def prepare_done(self, seconds: float, *, error: PrepareErrorReason | None) -> None:
+        pass
+
+    def restart_ordered(self) -> None:
+        pass
 
 
 class PrepareError(Exception):
@@ -127,7 +153,7 @@ class _Plan:
 
     entry: ClaimEntry
     outputs: tuple[ClaimedOutput, ...]
-    record: modes.ModeRecord | None
+    states_output: bool
     ddc: tuple[DdcPlan, ...]
 
 
@@ -142,6 +168,7 @@ class Driver:
         ddc: DdcHook | None = None,
         refuse: Callable[[], str | None] | None = None,
         on_change: Callable[[checkpoint.Checkpoint], None] | None = None,
+        metrics: Recorder | None = None,
     ) -> None:
         self._settings = settings
         self._kube = kube
@@ -150,6 +177,7 @@ class Driver:
         self._refuse = refuse or (lambda: None)
         # Told the checkpoint after every batch: the publisher shows which claim holds what.
         self._on_change = on_change
+        self._metrics = metrics or _NoRecorder()
         self._lock = threading.Lock()
         self._checkpoint_path = checkpoint.path_in(settings.plugin_dir)
         self._delivery = delivery.from_settings(settings)
@@ -161,6 +189,8 @@ class Driver:
             reason = self._refuse()
             if reason is not None:
                 log.warning("refusing to prepare %d claim(s): %s", len(claims), reason)
+                for _ in claims:
+                    self._metrics.prepare_done(0.0, error="refused")
                 return {c.uid: Prepared(error=reason) for c in claims}
             answers = {c.uid: self._prepare_one(c) for c in claims}
             self._changed()
@@ -181,20 +211,28 @@ class Driver:
             log.exception("could not tell the publisher about the prepared claims")
 
     def _prepare_one(self, ref: ClaimRef) -> Prepared:
-        """One claim's answer; whatever fails it is its error, and the batch goes on."""
+        """One claim's answer, timed and counted once whatever it is."""
+        began = time.monotonic()
+        answer, reason = self._answer(ref)
+        self._metrics.prepare_done(time.monotonic() - began, error=reason)
+        return answer
+
+    def _answer(self, ref: ClaimRef) -> tuple[Prepared, PrepareErrorReason | None]:
+        """Whatever fails the claim is its error, and the batch goes on."""
         try:
             devices = self._prepare(ref)
         except (PrepareError, AllocationError, ClaimConfigError) as err:
             log.warning("claim %s/%s (%s) not prepared: %s", ref.namespace, ref.name, ref.uid,
                         err)
-            return Prepared(error=f"claim {ref.uid}: {err}")
+            return Prepared(error=f"claim {ref.uid}: {err}"), "claim"
         except _FAILURES as err:
             log.error("claim %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, err)
-            return Prepared(error=f"claim {ref.uid}: prepare failed: {err}")
+            return Prepared(error=f"claim {ref.uid}: prepare failed: {err}"), "failure"
         except Exception as err:
             log.exception("claim %s/%s (%s) failed", ref.namespace, ref.name, ref.uid)
-            return Prepared(error=f"claim {ref.uid}: prepare failed: {type(err).__name__}: {err}")
-        return Prepared(devices=devices)
+            return (Prepared(error=f"claim {ref.uid}: prepare failed: {type(err).__name__}: "
+                                   f"{err}"), "internal")
+        return Prepared(devices=devices), None
 
     def _unprepare_one(self, ref: ClaimRef) -> str:
         try:
@@ -222,9 +260,9 @@ class Driver:
         self._fault("prepare-started")
         for ddc in plan.ddc:
             self._ddc.apply(ddc)
-        if plan.record is not None:
-            self._write_modes(plan.record)
-            self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode")
+        if plan.states_output:
+            self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode",
+                              fault="prepare-ini-written")
         self._fault("prepare-restarted")
         self._delivery.create_sockets(ref.uid, plan.outputs)
         self._fault("prepare-socket-created")
@@ -279,7 +317,8 @@ class Driver:
             devices=tuple(prepared),
             config={d: c.to_json() for d, c in configs.items()},
         )
-        return _Plan(entry=entry, outputs=tuple(outputs), record=self._record_for(ref, configs),
+        return _Plan(entry=entry, outputs=tuple(outputs),
+                     states_output=any(c.states_output for c in configs.values()),
                      ddc=tuple(ddc))
 
     def _check_config(self, device: AllocatedDevice, monitor: Monitor) -> DisplayConfig:
@@ -297,32 +336,13 @@ class Driver:
             ) from err
         return config
 
-    def _record_for(
-        self, ref: ClaimRef, configs: dict[str, DisplayConfig]
-    ) -> modes.ModeRecord | None:
-        outputs = {d: modes.output_fields(c) for d, c in configs.items() if c.states_output}
-        if not outputs:
-            return None
-        existing = modes.read_record(self._settings.mode_records_dir, ref.uid)
-        if existing is not None:
-            # A repeated prepare after a crash: the Displays may hold the claim's values
-            # already, so what they said before is only in the first record.
-            previous = dict(existing.previous)
-        else:
-            previous = {
-                d: modes.read_previous(self._kube, self._display_name(d)) for d in outputs
-            }
-        return modes.ModeRecord(claim_uid=ref.uid, outputs=outputs, previous=previous)
-
-    def _write_modes(self, record: modes.ModeRecord) -> None:
-        modes.write_record(self._settings.mode_records_dir, record)
-        self._fault("prepare-mode-recorded")
-        modes.write_claimed(self._kube, node=self._settings.node_name, record=record)
-        self._fault("prepare-display-written")
-
-    def _apply_modes(self, *, reason: str) -> None:
-        if modes.regenerate(self._settings, self._kube):
-            modes.restart_compositor(self._settings, reason=reason)
+    def _apply_modes(self, *, reason: str, fault: FaultPoint | None = None) -> None:
+        """weston.ini from the checkpoint as it is now, and the restart when it changed."""
+        restarted = modes.apply(
+            self._settings, self._kube, self._load(), reason=reason,
+            on_ordered=self._metrics.restart_ordered,
+            on_written=None if fault is None else lambda: self._fault(fault))
+        if restarted:
             # The new compositor's module holds no claim's socket.
             self._restore_sockets()
 
@@ -343,51 +363,22 @@ class Driver:
         log.info("unprepared claim %s/%s (%s)", entry.namespace, entry.name, uid)
 
     def _finish_unprepare(self, entry: ClaimEntry) -> None:
+        if entry.state != "unpreparing":  # a started prepare being undone
+            self._save(self._load().with_claim(entry.with_state("unpreparing")))
         cdi.remove_spec(entry.uid, cdi_dir=self._settings.cdi_dir)
         self._fault("unprepare-cdi-removed")
         self._delivery.remove_sockets(entry.uid)
         self._fault("unprepare-socket-removed")
-        stated = any(self._stored_config(entry, d, c).states_output
-                     for d, c in entry.config.items())
-        self._remove_modes(entry.uid)
-        if stated:
-            self._apply_modes(reason=f"claim {entry.namespace}/{entry.name} released its mode")
+        if modes.states_output(entry):
+            self._apply_modes(reason=f"claim {entry.namespace}/{entry.name} released its mode",
+                              fault="unprepare-ini-written")
         self._fault("unprepare-restarted")
         self._save(self._load().without_claim(entry.uid))
         self._fault("unprepare-completed")
 
-    @staticmethod
-    def _stored_config(entry: ClaimEntry, device: str, data: object) -> DisplayConfig:
-        config, dropped = from_stored(data, source=f"checkpointed config of claim {entry.uid} "
-                                                   f"device {device}")
-        for message in dropped:
-            log.warning("%s: left out", message)
-        return config
-
-    def _remove_modes(self, uid: str) -> bool:
-        records_dir = self._settings.mode_records_dir
-        try:
-            record = modes.read_record(records_dir, uid)
-        except modes.ModeRecordError as err:
-            # Nothing in it can be restored; keeping it would block the unprepare for good.
-            log.error("%s: removing it; the Displays keep the claim's spec values", err)
-            modes.remove_record(records_dir, uid)
-            return True
-        if record is None:
-            return False
-        modes.restore_previous(self._kube, node=self._settings.node_name, record=record)
-        self._fault("unprepare-display-restored")
-        modes.remove_record(records_dir, uid)
-        self._fault("unprepare-mode-removed")
-        return True
-
     def _clean_orphan(self, uid: str) -> bool:
         removed = cdi.remove_spec(uid, cdi_dir=self._settings.cdi_dir)
-        removed = self._delivery.remove_sockets(uid) or removed
-        if self._remove_modes(uid):
-            self._apply_modes(reason=f"claim {uid} is gone")
-            removed = True
-        return removed
+        return self._delivery.remove_sockets(uid) or removed
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -396,8 +387,8 @@ class Driver:
 
         Prepared claims get back a CDI spec `/var/run/cdi` lost (tmpfs) and their sockets;
         an unprepare that began is finished; a started prepare whose claim is gone or was
-        replaced is undone; CDI specs, sockets and mode records of claims the checkpoint does
-        not hold are removed.
+        replaced is undone; CDI specs and sockets of claims the checkpoint does not hold are
+        removed; weston.ini is derived again and the compositor restarted if it changed.
         """
         with self._lock:
             for entry in self._load().claims.values():
@@ -410,7 +401,6 @@ class Driver:
                     log.exception("cannot recover claim %s", entry.uid)
             held = set(self._load().claims)
             stray = (set(cdi.list_specs(cdi_dir=self._settings.cdi_dir))
-                     | set(modes.list_records(self._settings.mode_records_dir))
                      | self._socket_holders()) - held
             for uid in sorted(stray):
                 log.info("removing what claim %s left behind: it is not in the checkpoint", uid)
@@ -420,7 +410,17 @@ class Driver:
                     log.error("cannot remove what claim %s left behind yet: %s", uid, err)
                 except Exception:
                     log.exception("cannot remove what claim %s left behind", uid)
+            self._recover_modes()
             self._restore_sockets()
+
+    def _recover_modes(self) -> None:
+        try:
+            self._apply_modes(reason="the operator started: the claims' modes over the Displays")
+        except _FAILURES as err:
+            # weston keeps what declare wrote; the next prepare or unprepare derives it again.
+            log.error("cannot apply the prepared claims' modes yet: %s", err)
+        except Exception:  # the plugin starts whatever the compositor's config
+            log.exception("cannot apply the prepared claims' modes")
 
     def restore_sockets(self) -> int:
         """Recreate every prepared claim's sockets (after a compositor restart); how many
@@ -487,9 +487,6 @@ class Driver:
             sysfs_root=self._settings.sysfs_root, dev_root=self._settings.dev_root
         )
         return {c.device_name: c for card in cards for c in card.connectors}
-
-    def _display_name(self, device: str) -> str:
-        return display_name(self._settings.node_name, device)
 
     def _load(self) -> Checkpoint:
         return checkpoint.load(self._checkpoint_path)

@@ -1,4 +1,5 @@
-"""state: prepare is a plan without side effects, then the writes; one claim's failure is its own.
+"""state: prepare is a plan without side effects, then the writes; one claim's failure is its own;
+what each prepare did is in the metrics.
 
 The driver runs in-process on a simulated sysfs card, a dict standing in for the API and
 libdisplay's simulated DDC/CI monitor, so what a refused claim did not write can be read back.
@@ -7,11 +8,13 @@ libdisplay's simulated DDC/CI monitor, so what a refused claim did not write can
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from draplugin.node import ddcmap
+from draplugin.node.metrics import Metrics
 from draplugin.settings import KubeAccess, Settings
 from draplugin.state import ClaimRef, Driver
 from libdisplay import mccs, sysfs_tree
@@ -32,8 +35,11 @@ class DictKube:
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.patches: list[tuple[str, Mapping[str, object]]] = []
+        self.broken: set[str] = set()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if name in self.broken:
+            raise RuntimeError(f"a bug reading claim {name}")
         return self.claims.get((namespace, name))
 
     def get_display_spec(self, name: str) -> dict[str, Any] | None:
@@ -92,26 +98,61 @@ def _written(settings: Settings) -> dict[str, list[str]]:
 
     checkpoint = settings.plugin_dir / "checkpoint.json"
     claims = json.loads(checkpoint.read_text())["claims"] if checkpoint.exists() else {}
-    return {"checkpoint": sorted(claims), "records": names(settings.mode_records_dir),
-            "cdi": names(settings.cdi_dir), "weston.ini": names(settings.weston_ini.parent)}
+    return {"checkpoint": sorted(claims), "cdi": names(settings.cdi_dir),
+            "weston.ini": names(settings.weston_ini.parent)}
 
 
-def test_a_batch_answers_every_claim_and_a_corrupt_mode_record_fails_its_own(
-        tmp_path: Path) -> None:
+def _scrape(metrics: Metrics) -> dict[str, float]:
+    """Every sample of the exposition, by its name and labels as written."""
+    samples = {}
+    for line in metrics.exposition().decode().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_a_batch_answers_every_claim_and_a_failing_one_fails_alone(tmp_path: Path) -> None:
     _card(tmp_path)
     settings = _settings(tmp_path)
     kube = DictKube()
     first = kube.add("first", [HDMI], [{"mode": "1920x1080@60"}])
     second = kube.add("second", [DP], [{"mode": "1280x1024@60"}])
     third = kube.add("third", [DP], [{"transform": "rotate-90"}])
-    settings.mode_records_dir.mkdir(parents=True)
-    (settings.mode_records_dir / f"{second.uid}.json").write_text('{"claimUID": "uid-sec')
-    driver = Driver(settings, kube)
-    answers = driver.prepare([first, second, third])
+    fourth = kube.add("fourth", [DP], [{"mode": "1280x1024@60"}])
+    kube.broken.add("second")
+    # Where the fourth claim's CDI spec goes, a directory: a disk that refuses the write.
+    (settings.cdi_dir / f"k8s.display.liken.sh-display_{fourth.uid}.yaml").mkdir(parents=True)
+    metrics = Metrics()
+    driver = Driver(settings, kube, metrics=metrics)
+    answers = driver.prepare([first, second, third, fourth])
     assert answers[first.uid].error == "" and answers[third.uid].error == ""
     error = answers[second.uid].error
-    assert second.uid in error and "mode record" in error and "not valid" in error, error
-    assert _written(settings)["checkpoint"] == [first.uid, third.uid]
+    assert error == f"claim {second.uid}: prepare failed: RuntimeError: a bug reading claim "\
+                    "second", error
+    assert answers[fourth.uid].error.startswith(f"claim {fourth.uid}: prepare failed: "), \
+        answers[fourth.uid].error
+    assert _written(settings)["checkpoint"] == [first.uid, fourth.uid, third.uid]
+    samples = _scrape(metrics)
+    assert samples["display_prepare_duration_seconds_count"] == 4
+    assert samples['display_prepare_errors_total{reason="internal"}'] == 1
+    assert samples['display_prepare_errors_total{reason="failure"}'] == 1
+
+
+def test_prepare_errors_are_counted_by_reason(tmp_path: Path) -> None:
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    bad = kube.add("bad", [HDMI], [{"mode": "640x480@60"}])
+    metrics = Metrics()
+    assert "field 'mode'" in Driver(settings, kube, metrics=metrics).prepare([bad])[bad.uid].error
+    refusing = Driver(settings, kube, metrics=metrics, refuse=lambda: "no compositor")
+    assert refusing.prepare([bad])[bad.uid].error == "no compositor"
+    samples = _scrape(metrics)
+    assert samples['display_prepare_errors_total{reason="claim"}'] == 1
+    assert samples['display_prepare_errors_total{reason="refused"}'] == 1
+    # A refused claim did no work: only the first one was timed.
+    assert samples["display_prepare_duration_seconds_count"] == 1
 
 
 def test_a_checkpointed_config_that_no_longer_validates_does_not_stop_recovery(
@@ -127,9 +168,8 @@ def test_a_checkpointed_config_that_no_longer_validates_does_not_stop_recovery(
     data["claims"][claim.uid]["state"] = "unpreparing"
     data["claims"][claim.uid]["config"][HDMI] = {"mode": "1920x1080@60", "scale": 9}
     path.write_text(json.dumps(data))
-    (settings.mode_records_dir / f"{claim.uid}.json").write_text("not json")
     Driver(settings, kube).recover()
-    assert _written(settings)["checkpoint"] == [] and _written(settings)["records"] == []
+    assert _written(settings)["checkpoint"] == []
 
 
 def test_a_two_device_claim_whose_second_mode_is_not_offered_changes_nothing(
@@ -154,3 +194,27 @@ def test_a_two_device_claim_whose_second_mode_is_not_offered_changes_nothing(
     assert reading.current == 50
     assert _written(settings) == before
     assert kube.patches == []
+
+
+def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: Path) -> None:
+    """The checkpoint (kubelet-plugin hostPath) holds the claim; the emptyDir dies with the
+    pod, so a new operator's start derives weston.ini again from the checkpoint."""
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    claim = kube.add("kiosk", [HDMI], [{"transform": "rotate-90"}])
+    metrics = Metrics()
+    assert Driver(settings, kube, metrics=metrics).prepare([claim])[claim.uid].error == ""
+    assert "transform=rotate-90" in settings.weston_ini.read_text()
+    # The roll: a new pod's emptyDir, where declare wrote weston.ini from the Displays alone.
+    shutil.rmtree(settings.weston_ini.parent)
+    settings.weston_ini.parent.mkdir()
+    settings.weston_ini.write_text("[core]\n")
+    rolled = Driver(settings, kube, metrics=metrics)
+    rolled.recover()
+    assert "transform=rotate-90" in settings.weston_ini.read_text()
+    assert rolled.unprepare([claim]) == {claim.uid: ""}
+    assert "transform" not in settings.weston_ini.read_text()
+    assert kube.patches == []
+    # No weston runs here, so nothing was ordered.
+    assert _scrape(metrics)['display_compositor_restarts_total{reason="ordered"}'] == 0

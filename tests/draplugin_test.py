@@ -12,8 +12,10 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import socket as socket_module
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +27,9 @@ from typing import Any
 
 import grpc
 import pytest
+from lightkube.generic_resource import create_global_resource
 from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
 
 from draplugin.service import WORKERS
 from draplugin.state import FAULT_POINTS
@@ -34,10 +38,10 @@ from fakekube.kubelet import Claim, Kubelet, get_info
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
-from libdisplay.display import API_VERSION, display_name
+from libdisplay.display import API_VERSION, GROUP, KIND, PLURAL, VERSION, display_name
 from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.layout import LayoutCapture, LayoutControl
-from libdisplay.modes import Mode
+from libdisplay.modes import Mode, parse_mode
 from libdisplay.outputs import LayoutSockets
 from libdisplay.processes import Process, running, unix_socket_accepts
 from libdisplay.sysfs_tree import (
@@ -58,6 +62,7 @@ NODE = "kiosk-1"
 DRIVER = "display.liken.sh"
 HDMI = "card0-hdmi-a-1"
 DP = "card0-dp-1"
+DisplayResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 START_TIMEOUT_S = 60.0
 SHELL = "kiosk-shell.so"
 
@@ -87,10 +92,6 @@ class Node:
         return self.root / "etc-weston"
 
     @property
-    def records_dir(self) -> Path:
-        return self.etc / "claims"
-
-    @property
     def runtime_dir(self) -> Path:
         return self.root / "run"
 
@@ -100,11 +101,6 @@ class Node:
             return {}
         claims: dict[str, Any] = json.loads(path.read_text())["claims"]
         return claims
-
-    def records(self) -> set[str]:
-        if not self.records_dir.exists():
-            return set()
-        return {p.stem for p in self.records_dir.glob("*.json")}
 
 
 def _command(name: str) -> list[str]:
@@ -217,7 +213,6 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
         f"--registry-dir={node.registry_dir}",
         f"--cdi-root={node.cdi_dir}",
         f"--weston-config={node.etc / 'weston.ini'}",
-        f"--mode-records-dir={node.records_dir}",
         f"--restarts-dir={node.etc / 'restarts'}",
         f"--pid-file={node.etc / 'weston.pid'}",
         f"--runtime-dir={node.runtime_dir}",
@@ -377,7 +372,6 @@ def test_bad_claim_fails_alone_and_writes_nothing(
     assert answers[good.uid].error == "" and len(answers[good.uid].devices) == 1
     assert bad.uid not in node.checkpoint()
     assert bad.uid not in cdi.list_specs(cdi_dir=node.cdi_dir)
-    assert bad.uid not in node.records()
     assert kubelet.unprepare([good]) == {good.uid: ""}
 
 
@@ -413,10 +407,10 @@ def test_start_rewrites_lost_cdi_specs(node: Node, fake: FakeKube, pex_root: Pat
 
 
 def _check_invariants(node: Node) -> None:
-    """No CDI spec and no mode record of a claim the checkpoint does not hold."""
+    """No CDI spec of a claim the checkpoint does not hold; no weston.ini left unapplied."""
     held = set(node.checkpoint())
     assert set(cdi.list_specs(cdi_dir=node.cdi_dir)) <= held
-    assert node.records() <= held
+    assert not (node.etc / "weston.ini.unapplied").exists()
 
 
 def _dies(process: Process, call: Any) -> None:
@@ -432,8 +426,8 @@ def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> 
         with plugin(node, fake, pex_root), Kubelet(node.registration_socket,
                                                    driver=DRIVER) as k:
             assert k.prepare([claim])[claim.uid].error == ""
-    assert display_spec(fake, HDMI) == ({} if point.startswith("prepare") else
-                                        {"mode": "1280x720@60", "transform": "rotate-90"})
+    # A claim's mode is applied, never written into the Display: that spec is a person's.
+    assert display_spec(fake, HDMI) == {}
 
     with plugin(node, fake, pex_root, fault=point) as process, Kubelet(
         node.registration_socket, driver=DRIVER
@@ -448,12 +442,10 @@ def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> 
             assert answer.error == "" and [d.device_name for d in answer.devices] == [HDMI]
             assert node.checkpoint()[claim.uid]["state"] == "prepared"
             assert cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
-            assert node.records() == {claim.uid}
-            assert display_spec(fake, HDMI) == {"mode": "1280x720@60", "transform": "rotate-90"}
             assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
         assert k.unprepare([claim]) == {claim.uid: ""}
         _check_invariants(node)
-        assert node.checkpoint() == {} and node.records() == set()
+        assert node.checkpoint() == {}
         assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
         assert display_spec(fake, HDMI) == {}
         assert "mode=1920x1080@60" in (node.etc / "weston.ini").read_text()
@@ -468,10 +460,12 @@ def test_start_undoes_started_prepare_of_deleted_claim(
     ) as k:
         _dies(process, lambda: k.prepare([claim]))
     assert node.checkpoint()[claim.uid]["state"] == "started"
+    assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
     sync_client(fake.url).delete(ResourceClaim, claim.name, namespace="default")
     with plugin(node, fake, pex_root):
         assert node.checkpoint() == {}
-        assert cdi.list_specs(cdi_dir=node.cdi_dir) == () and node.records() == set()
+        assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
+        assert "mode=1920x1080@60" in (node.etc / "weston.ini").read_text()
         assert display_spec(fake, HDMI) == {}
 
 
@@ -532,10 +526,136 @@ def test_mode_change_restarts_the_compositor(node: Node, fake: FakeKube, pex_roo
         assert k.prepare([claim])[claim.uid].error == ""
         assert (node.etc / "weston.pid").read_text() != before
         assert _headless_size(socket)[:2] == (1280, 720)
-        assert display_spec(fake, HDMI) == {"mode": "1280x720@60"}
+        assert display_spec(fake, HDMI) == {}
         assert k.unprepare([claim]) == {claim.uid: ""}
         assert _headless_size(socket)[:2] == (1920, 1080)
         assert display_spec(fake, HDMI) == {}
+
+
+# --- a claim's mode across a pod roll ---------------------------------------------------------
+
+PERSON_MODE, CLAIM_MODE, EDITED_MODE = "1280x720@60", "1024x768@60", "1600x900@60"
+ROLL_ALIAS = "HDMI-A-1=headless"
+
+
+def _declare(node: Node, fake: FakeKube, pex_root: Path) -> None:
+    """The declare init container: flags for the simulated card and API, env as the manifest
+    gives it (NODE_NAME)."""
+    argv = [
+        *_command("declare"), "declare",
+        f"--sysfs-root={sysfs_root(node.root)}", f"--dev-root={dev_root(node.root)}",
+        f"--config={node.etc / 'weston.ini'}", f"--runtime-dir={node.runtime_dir}",
+        f"--shell={SHELL}", f"--output-alias={ROLL_ALIAS}", f"--api-server={fake.url}",
+    ]
+    done = subprocess.run(["setpriv", "--pdeathsig", "KILL", "--", *argv],
+                          env=_env(pex_root, NODE_NAME=NODE), capture_output=True,
+                          timeout=START_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+@contextlib.contextmanager
+def pod(node: Node, fake: FakeKube, pex_root: Path) -> Iterator[tuple[Path, Process]]:
+    """One pod of the DaemonSet: a fresh emptyDir, declare, weston, the operator (started once
+    weston answers, so its start-up restart is done when its registration socket accepts)."""
+    shutil.rmtree(node.etc, ignore_errors=True)
+    node.etc.mkdir(parents=True)
+    _declare(node, fake, pex_root)
+    with (
+        weston(node, pex_root) as socket,
+        plugin(node, fake, pex_root, alias=ROLL_ALIAS) as operator,
+    ):
+        yield socket, operator
+
+
+def _size(socket: Path) -> str:
+    width, height, _ = _headless_size(socket)
+    return f"{width}x{height}@60"
+
+
+def test_a_claims_mode_survives_a_roll_and_release_restores_the_persons_mode(
+    tmp_path: Path, fake: FakeKube, pex_root: Path
+) -> None:
+    node = Node(tmp_path)
+    others = tuple(parse_mode(m) for m in (EDITED_MODE, PERSON_MODE, CLAIM_MODE))
+    write_tree(tmp_path, SimCard(connectors=(
+        _monitor("HDMI-A", 1, Mode(1920, 1080, 60000), others),)))
+    sync_client(fake.url).patch(DisplayResource, display_name(NODE, HDMI),
+                                {"spec": {"mode": PERSON_MODE}}, patch_type=PatchType.MERGE)
+    first = make_claim(fake, "first", params=config(mode=CLAIM_MODE))
+    second = make_claim(fake, "second", params=config(mode=CLAIM_MODE))
+    with pod(node, fake, pex_root) as (socket, operator), Kubelet(
+            node.registration_socket, driver=DRIVER) as k:
+        # A new pod with no claim sets each mode once: declare's start mode stands.
+        assert _size(socket) == PERSON_MODE
+        assert not operator.log_contains("sent SIGTERM")
+        assert k.prepare([first])[first.uid].error == ""
+        assert _size(socket) == CLAIM_MODE
+    with pod(node, fake, pex_root) as (socket, operator), Kubelet(
+            node.registration_socket, driver=DRIVER) as k:
+        assert operator.log_contains("the operator started: the claims' modes")
+        # declare started weston at the Display's mode; the operator's start put the claim's
+        # back, and the Display still says what the person set.
+        assert _size(socket) == CLAIM_MODE
+        assert display_spec(fake, HDMI) == {"mode": PERSON_MODE}
+        assert k.unprepare([first]) == {first.uid: ""}
+        assert _size(socket) == PERSON_MODE
+
+        assert k.prepare([second])[second.uid].error == ""
+        assert _size(socket) == CLAIM_MODE
+        # A person edits the Display during the claim: the claim's mode still applies.
+        sync_client(fake.url).patch(DisplayResource, display_name(NODE, HDMI),
+                                    {"spec": {"mode": EDITED_MODE}}, patch_type=PatchType.MERGE)
+    with pod(node, fake, pex_root) as (socket, _), Kubelet(
+            node.registration_socket, driver=DRIVER) as k:
+        assert _size(socket) == CLAIM_MODE
+        assert k.unprepare([second]) == {second.uid: ""}
+        # Released: the person's edit is what applies, and it was never overwritten.
+        assert _size(socket) == EDITED_MODE
+        assert display_spec(fake, HDMI) == {"mode": EDITED_MODE}
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The operator's metrics: each sample by its name and labels as written."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    samples = {}
+    for line in text.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_prepare_and_restart_metrics_are_recorded(node: Node, fake: FakeKube,
+                                                  pex_root: Path) -> None:
+    node.etc.mkdir(parents=True)
+    (node.etc / "weston.ini").write_text(INITIAL_INI)
+    fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    moded = make_claim(fake, "moded", params=config(mode="1280x720@60"))
+    bad = make_claim(fake, "bad", params=config(mode="3840x2160@60"))
+    port = _free_port()
+    with (
+        weston(node, pex_root),
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port) as operator,
+        Kubelet(node.registration_socket, driver=DRIVER) as k,
+    ):
+        # The start-up's own restart (this hand-written weston.ini is not what the operator
+        # derives) is done once the registration socket accepts.
+        ordered = _scrape(port)['display_compositor_restarts_total{reason="ordered"}']
+        assert ordered == 1
+        # Prepares are refused until the watchdog has seen the compositor answer.
+        operator.wait_until(lambda: k.prepare([moded])[moded.uid].error == "", timeout=30.0,
+                            what="prepare ok")
+        refused = _scrape(port).get('display_prepare_errors_total{reason="refused"}', 0.0)
+        assert "field 'mode' value '3840x2160@60'" in k.prepare([bad])[bad.uid].error
+        assert k.unprepare([moded]) == {moded.uid: ""}
+        samples = _scrape(port)
+    # One restart for the claim's mode, one for its release.
+    assert samples['display_compositor_restarts_total{reason="ordered"}'] == ordered + 2
+    assert samples['display_prepare_errors_total{reason="claim"}'] == 1
+    assert samples.get('display_prepare_errors_total{reason="refused"}', 0.0) == refused
+    # The moded claim and the bad one were timed; refused attempts do no work and are not.
+    assert samples["display_prepare_duration_seconds_count"] == 2
+    assert samples["display_prepare_duration_seconds_sum"] > 0
 
 
 def _free_port() -> int:

@@ -3,7 +3,8 @@
 One Display per connector of the node's cards, named `libdisplay.display.display_name(node,
 device)` and labelled with node and device. The operator owns `status` only, written through the
 status subresource as a JSON merge patch that holds just what changed (no write when nothing
-did); it never writes `spec` (a person's, or part 1's claim mode) and never deletes a Display:
+did); it never writes `spec`, which is a person's (a claim's mode shows as `currentMode`,
+what the compositor runs), and never deletes a Display:
 an unplugged monitor leaves its Display with `connected: false` and no monitor fields.
 
 The status schema in deploy/base/cluster/crd-displays.yaml is the contract this module fills.

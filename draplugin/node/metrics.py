@@ -126,7 +126,16 @@ class Metrics:
         r.register(self._restarts)
 
     def restart_ordered(self) -> None:
+        """The operator wrote a restart order (a claim's mode, its release, its start-up)."""
         self._restarts.add_ordered()
+
+    def prepare_done(self, seconds: float, *, error: str | None) -> None:
+        """One claim's prepare answered: its time, and why it failed when it did (the
+        driver's `PrepareErrorReason`). A refused claim did no work and takes no time."""
+        if error != "refused":
+            self.prepare_duration.observe(seconds)
+        if error is not None:
+            self.prepare_errors.labels(reason=error).inc()
 
     def set_crash_restarts(self, count: int) -> None:
         self._restarts.set_crashes(count)
