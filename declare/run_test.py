@@ -7,8 +7,11 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import click
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from declare.main import cli
@@ -22,6 +25,8 @@ from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"
+DAEMONSET = Path(__file__).resolve().parents[1] / "deploy" / "base" / "namespaced" / \
+    "daemonset.yaml"
 KIOSK = build_edid(
     EdidParams(
         name="Kiosk A",
@@ -212,3 +217,43 @@ def test_cli_without_a_card_exits_non_zero_with_the_reason(card_root: Path) -> N
     assert result.exit_code == 1
     assert "no DRM card was delivered" in result.output
     assert not (card_root / "etc" / "weston.ini").exists()
+
+
+def _manifest_env(container: str, pod: dict[str, Any]) -> dict[str, str]:
+    """The env the DaemonSet states for `container`, downward-API fields read from `pod`."""
+    docs = [d for d in yaml.safe_load_all(DAEMONSET.read_text()) if d]
+    (daemonset,) = (d for d in docs if d.get("kind") == "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    (found,) = (c for c in (*spec.get("initContainers", ()), *spec["containers"])
+                if c["name"] == container)
+    env: dict[str, str] = {}
+    for var in found.get("env", ()):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        value: Any = pod
+        for key in var["valueFrom"]["fieldRef"]["fieldPath"].split("."):
+            value = value[key]
+        env[var["name"]] = str(value)
+    return env
+
+
+def test_declare_reads_the_display_mode_with_only_the_env_the_manifest_gives(
+    card_root: Path, kube: FakeKube
+) -> None:
+    """The pod's declare container: its env is the manifest's (NODE_NAME from the downward
+    API), every other variable declare reads is unset. The API URL stands in for in-cluster
+    discovery, which the pod runner covers."""
+    _display(kube, "card0-hdmi-a-1", {"mode": "1280x720@60"})
+    env = _manifest_env("declare", {"spec": {"nodeName": NODE}, "metadata": {"name": "p"}})
+    command = cli.commands["declare"]
+    read = {p.envvar for p in command.params if isinstance(p, click.Option)
+            and isinstance(p.envvar, str)}
+    runner = CliRunner(env={**dict.fromkeys(read), **env})
+    result = runner.invoke(cli, [
+        "declare", f"--sysfs-root={card_root / 'sys'}", f"--dev-root={card_root / 'dev'}",
+        f"--config={card_root / 'etc' / 'weston.ini'}", f"--api-server={kube.url}",
+    ])
+    assert result.exit_code == 0, result.output
+    text = (card_root / "etc" / "weston.ini").read_text()
+    assert _outputs(text)["HDMI-A-1"]["mode"] == "1280x720@60"
