@@ -592,10 +592,10 @@ def test_a_claims_mode_survives_a_roll_and_release_restores_the_persons_mode(
         assert _size(socket) == CLAIM_MODE
     with pod(node, fake, pex_root) as (socket, operator), Kubelet(
             node.registration_socket, driver=DRIVER) as k:
-        assert operator.log_contains("the operator started: the claims' modes")
         # declare started weston at the Display's mode; the operator's start put the claim's
         # back, and the Display still says what the person set.
         assert _size(socket) == CLAIM_MODE
+        assert operator.log_contains("the operator started: the claims' modes")
         assert display_spec(fake, HDMI) == {"mode": PERSON_MODE}
         assert k.unprepare([first]) == {first.uid: ""}
         assert _size(socket) == PERSON_MODE
