@@ -1,8 +1,12 @@
-"""The running operator against an API that fails: outages it rides out, faults it exits on.
+"""The running operator against an API that fails: outages it rides out, faults it exits on,
+and the crash-point matrix with its publisher on.
 
-The operator runs with its publisher (no compositor: every device is tainted, which does not
-matter here) against the fake apiserver's outage switch. Each phase lasts FAULT_PHASE_S
-seconds (3 by default); the operator's retry delays are capped short so a phase sees many.
+The operator runs with its publisher (no compositor in the outage tests: every device is
+tainted, which does not matter there) against the fake apiserver's outage switch, over plain
+HTTP and over the fake's HTTPS with a bearer token and its CA (the way a pod reaches its API
+server: TLS verified, every failure classified by the same code). Each phase lasts
+FAULT_PHASE_S seconds (3 by default); the operator's retry delays are capped short so a phase
+sees many.
 """
 
 from __future__ import annotations
@@ -10,28 +14,45 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from lightkube.resources.resource_v1 import ResourceClaim
 
+from draplugin.settings import DRIVER
+from draplugin.state import FAULT_POINTS
+from fakekube.client import sync_client
+from fakekube.kubelet import Claim, Kubelet
 from fakekube.server import FakeKube
+from fakekube.testing import resource_claim
+from libdisplay import cdi
+from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
 from libdisplay.sysfs_tree import hotplug
 from tests.draplugin_test import (
     DP,
     HDMI,
+    INITIAL_INI,
     NODE,
     Node,
+    _check_invariants,
+    _dies,
     _free_port,
     _slice_devices,
+    config,
+    display_spec,
     make_kube,
     make_node,
     plugin,
+    weston,
 )
+from tests.support.crds import display_crd
 
 PHASE_S = float(os.environ.get("FAULT_PHASE_S", "3"))
 STALL_S = float(os.environ.get("FAULT_STALL_S", "5"))
@@ -43,13 +64,64 @@ def node(tmp_path: Path) -> Node:
     return make_node(tmp_path)
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    kube = make_kube()
+def _make_kube(*, tls: bool) -> FakeKube:
+    """draplugin_test's fake with its Displays; with `tls`, HTTPS from its own CA and every
+    request authenticated and authorized as the apiserver does."""
+    if not tls:
+        return make_kube()
+    kube = FakeKube(tls=True, authorize=True).start()
+    kube.register_crd(display_crd())
+    for device, spec in ((HDMI, {}), (DP, {"mode": "1280x1024@60"})):
+        kube.create({"apiVersion": API_VERSION, "kind": "Display",
+                     "metadata": {"name": display_name(NODE, device)}, "spec": spec})
+    return kube
+
+
+@pytest.fixture(params=["http", "https"])
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeKube]:
+    kube = _make_kube(tls=request.param == "https")
     try:
         yield kube
     finally:
         kube.stop()
+
+
+@pytest.fixture
+def tls_fake() -> Iterator[FakeKube]:
+    kube = _make_kube(tls=True)
+    try:
+        yield kube
+    finally:
+        kube.stop()
+
+
+def _api_args(fake: FakeKube, tmp: Path) -> list[str]:
+    """The flags that reach `fake`: over HTTPS, a token file and the fake's CA, as a pod has
+    them mounted (the URL itself is plugin()'s --api-server)."""
+    if not fake.url.startswith("https://"):
+        return []
+    token = tmp / "api-token"
+    token.write_text(fake.admin_token + "\n")
+    return [f"--api-token-file={token}", f"--api-ca-file={fake.ca_path}"]
+
+
+def _admin(fake: FakeKube) -> Any:
+    """A lightkube client of the test's own, allowed everything."""
+    if fake.url.startswith("https://"):
+        return sync_client(fake.url, token=fake.admin_token, ca=fake.ca_pem)
+    return sync_client(fake.url)
+
+
+def _claim(fake: FakeKube, name: str, params: dict[str, object]) -> Claim:
+    """A claim allocated HDMI with `params` (draplugin_test's make_claim, through a client
+    with rights on a fake that checks them)."""
+    uid = fake.create(resource_claim(name))["metadata"]["uid"]
+    results = [{"request": "screen", "driver": DRIVER, "pool": NODE, "device": HDMI}]
+    configs = [{"source": "FromClaim", "requests": ["screen"],
+                "opaque": {"driver": DRIVER, "parameters": params}}]
+    status = {"allocation": {"devices": {"results": results, "config": configs}}}
+    _admin(fake).patch(ResourceClaim.Status, name, {"status": status}, namespace="default")
+    return Claim(uid=uid, name=name)
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -80,7 +152,8 @@ def _hold(operator: Process, seconds: float, what: str) -> None:
 def _operator(node: Node, fake: FakeKube, pex_root: Path, port: int,
               *extra: str) -> Iterator[Process]:
     fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    args = ["--hotplug-resync=3600", "--slice-resync=0.5", "--api-backoff-cap=0.2", *extra]
+    args = ["--hotplug-resync=3600", "--slice-resync=0.5", "--api-backoff-cap=0.2",
+            *_api_args(fake, node.root), *extra]
     with plugin(node, fake, pex_root, metrics_port=port, extra_args=args) as operator:
         operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0,
                             what="slice published")
@@ -145,3 +218,74 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=STALL_S * 2 + 10,
                             what="liveness passes again once answers come")
         assert not operator.exited()
+
+
+# --- the crash-point matrix with the publisher on ----------------------------------------
+
+
+def _compositor_up(port: int) -> bool:
+    """Whether the publisher's watchdog has seen the compositor answer (prepares accepted)."""
+    return any(line.startswith("display_compositor_up ") and line.endswith(" 1.0")
+               for line in _get(port, "/metrics")[1].splitlines())
+
+
+@contextlib.contextmanager
+def _publishing(node: Node, fake: FakeKube, pex_root: Path, *,
+                fault: str | None = None) -> Iterator[tuple[Process, Kubelet]]:
+    """The operator with its publisher, up and seeing the compositor, and a kubelet on it."""
+    port = _free_port()
+    with (
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port, fault=fault,
+               extra_args=["--hotplug-resync=3600", *_api_args(fake, node.root)]) as operator,
+        Kubelet(node.registration_socket, driver=DRIVER) as kubelet,
+    ):
+        operator.wait_until(lambda: _compositor_up(port), timeout=30.0,
+                            what="the watchdog saw the compositor answer")
+        yield operator, kubelet
+
+
+@pytest.fixture
+def short_node() -> Iterator[Node]:
+    """A node under a short root: pytest's tmp dir for a long parametrized name plus the
+    registration socket's path passes the 107 bytes a unix socket's path may have."""
+    with tempfile.TemporaryDirectory(prefix="opf-", dir="/tmp") as root:
+        yield make_node(Path(root))
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS, ids=FAULT_POINTS)
+def test_crash_point_with_the_publisher_on(short_node: Node, tls_fake: FakeKube,
+                                           pex_root: Path, point: str) -> None:
+    """draplugin_test's crash-point matrix, with the publisher running beside the plugin (its
+    watchdog, slice and Display writes), weston restarted for the claim's mode, and the API
+    reached as in a pod: HTTPS verified with its CA, a bearer token from a file."""
+    node, fake = short_node, tls_fake
+    node.etc.mkdir(parents=True)
+    (node.etc / "weston.ini").write_text(INITIAL_INI)
+    fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    claim = _claim(fake, "kiosk", config(mode="1280x720@60", transform="rotate-90"))
+    with weston(node, pex_root):
+        if point.startswith("unprepare"):
+            with _publishing(node, fake, pex_root) as (_, kubelet):
+                assert kubelet.prepare([claim])[claim.uid].error == ""
+
+        with _publishing(node, fake, pex_root, fault=point) as (operator, kubelet):
+            call = kubelet.prepare if point.startswith("prepare") else kubelet.unprepare
+            _dies(operator, lambda: call([claim]))
+
+        with _publishing(node, fake, pex_root) as (operator, kubelet):
+            _check_invariants(node)
+            if point.startswith("prepare"):
+                # The restarted compositor may still be coming up: prepare is idempotent.
+                operator.wait_until(lambda: kubelet.prepare([claim])[claim.uid].error == "",
+                                    timeout=30.0, what="the claim prepared after the crash")
+                assert node.checkpoint()[claim.uid]["state"] == "prepared"
+                assert cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
+                assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
+            assert kubelet.unprepare([claim]) == {claim.uid: ""}
+            _check_invariants(node)
+            assert node.checkpoint() == {}
+            assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
+            assert display_spec(fake, HDMI) == {}
+            assert "mode=1920x1080@60" in (node.etc / "weston.ini").read_text()
+            assert set(_slice_devices(fake)) == {HDMI, DP}
+            assert not operator.log_contains("node publisher failed")
