@@ -6,6 +6,12 @@ A plug, unplug or mode change makes the kernel send a burst of `change` uevents 
 A periodic resync every `resync` seconds re-reads sysfs even without events: uevents can be
 lost (netlink buffer overruns), and a missed unplug must not stay published forever.
 
+Every read is followed by a question to `reprobe` (draplugin.node.reprobe, where the design
+is written down): on a real kernel the compositor hears no hotplug and sysfs may be stale until
+the DRM master re-probes, so after a change the operator restarts the compositor and reads
+sysfs again once it answers; only that second read is published. A SIGHUP, a uevent burst and
+the resync all take this one path.
+
 A monitor is identified by its connector *and* its EDID: a different monitor plugged into the
 same connector keeps the device name (it is the connector's) but shows as `swapped`, so the
 slice's identity attributes and the Display status follow, and a claim holding the connector
@@ -25,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from draplugin.node.reprobe import Fingerprint, Reprobe
 from libdisplay.drm import Card, DrmError
 
 log = logging.getLogger(__name__)
@@ -117,6 +124,15 @@ def identities(cards: tuple[Card, ...]) -> dict[str, str]:
     }
 
 
+def fingerprint(cards: tuple[Card, ...]) -> Fingerprint:
+    """Every connector's status and EDID digest: what a stale-status kernel still changes."""
+    return {
+        c.device_name: (c.status, hashlib.sha256(c.edid).hexdigest()[:16] if c.edid else "")
+        for card in cards
+        for c in card.connectors
+    }
+
+
 def diff(old: Mapping[str, str], new: Mapping[str, str]) -> Changes:
     return Changes(
         added=tuple(sorted(new.keys() - old.keys())),
@@ -145,6 +161,7 @@ class Hotplug:
         debounce: float = 0.05,
         resync: float = 30.0,
         on_event: Callable[[Uevent], None] | None = None,
+        reprobe: Reprobe | None = None,
     ) -> None:
         self._source = source
         self._scan = scan
@@ -152,8 +169,10 @@ class Hotplug:
         self._debounce = debounce
         self._resync = resync
         self._on_event = on_event
+        self._reprobe = reprobe
         self._cards: tuple[Card, ...] = ()
         self._known: dict[str, str] = {}
+        self._fingerprint: Fingerprint = {}
         self.events = 0
         self.rescans = 0
         # A rescan on request (SIGHUP) may meet one after a uevent; one at a time, so an older
@@ -168,6 +187,7 @@ class Hotplug:
         """The first inventory, read now; `run` reports changes from it."""
         self._cards = await asyncio.to_thread(self._scan)
         self._known = identities(self._cards)
+        self._fingerprint = fingerprint(self._cards)
         return self._cards
 
     async def run(self) -> None:
@@ -206,6 +226,7 @@ class Hotplug:
         self.rescans += 1
         try:
             cards = await asyncio.to_thread(self._scan)
+            cards = await self._reprobed(cards)
         except DrmError as err:
             log.error("cannot re-read the cards after a hotplug: %s", err)
             return Changes()
@@ -219,3 +240,18 @@ class Hotplug:
         if inventory_changed:
             await self._on_change(cards, changes)
         return changes
+
+    async def _reprobed(self, cards: tuple[Card, ...]) -> tuple[Card, ...]:
+        """`cards`, or a second read after the compositor restarted to re-probe the card."""
+        seen = fingerprint(cards)
+        changed, self._fingerprint = seen != self._fingerprint, seen
+        if self._reprobe is None:
+            return cards
+        restarted = await self._reprobe(cards, seen, sysfs_changed=changed,
+                                        moved=lambda: fingerprint(self._scan()) != seen)
+        if not restarted:
+            return cards
+        cards = await asyncio.to_thread(self._scan)
+        self._fingerprint = fingerprint(cards)
+        self._reprobe.settled(self._fingerprint)
+        return cards

@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 
 from draplugin.apierrors import from_lightkube
 from draplugin.claimconfig import DisplayConfig
-from draplugin.node import ddcmap, displays, hotplug, metrics, slices, watchdog
+from draplugin.node import ddcmap, displays, hotplug, metrics, reprobe, slices, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
 from libdisplay import drm, kubeaccess, kubelightkube, wayland
 from libdisplay.kubeaccess import Endpoint
@@ -46,6 +46,7 @@ class NodeConfig:
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
     pid_file: Path = watchdog.PID_FILE
+    restarts_dir: Path = Path("/etc/weston/restarts")
     pod: tuple[str, str] | None = None
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Connector output name (`HDMI-A-1`) → the compositor's name for it, where they differ."""
@@ -188,7 +189,7 @@ class NodeRuntime:
                                  dev_root=self.config.dev_root)
         self.hotplug = hotplug.Hotplug(
             source, scan, self._on_hotplug, resync=self.config.hotplug_resync,
-            on_event=lambda _e: self.metrics.hotplug_events.inc())
+            on_event=lambda _e: self.metrics.hotplug_events.inc(), reprobe=self._reprobe())
         cards = await self.hotplug.start()
         await self._publish(cards)
         self._probe_ddc_later(cards)
@@ -206,6 +207,15 @@ class NodeRuntime:
         finally:
             for task in self._background:
                 task.cancel()
+
+    def _reprobe(self) -> reprobe.Reprobe | None:
+        """The compositor restart that makes a hotplug visible (draplugin.node.reprobe); none
+        where the compositor's outputs are not the card's connectors (aliases)."""
+        if self.config.aliases:
+            return None
+        return reprobe.for_compositor(reprobe.ReprobeConfig(
+            weston_socket=self.config.weston_socket, pid_file=self.config.pid_file,
+            restarts_dir=self.config.restarts_dir, probe_timeout=self.config.probe_timeout))
 
     async def _until_failure(self) -> None:
         assert self._failure is not None
@@ -298,8 +308,10 @@ class NodeRuntime:
         self.metrics.compositor_up.set(1 if now.available else 0)
         self.publisher.set_tainted(not now.available)
         if now.available:
-            # A (re)started compositor may run other modes: the Display status follows.
+            # A (re)started compositor may run other modes: the Display status follows. It
+            # also probed the card as its new master, which refreshes a stale sysfs.
             self._later(self.refresh())
+            self._later(self.rescan())
 
     async def _poll_restarts(self, namespace: str, pod: str) -> None:
         while True:
