@@ -186,6 +186,34 @@ def test_in_cluster_without_a_service_host_is_unavailable(
         asyncio.run(scenario())
 
 
+def test_in_cluster_reviews_verify_the_mounted_ca_and_follow_a_rotated_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The capture container's default: the fake's HTTPS verified with the mounted CA, the
+    service-account token re-read when the kubelet rotates it (a 503 until it is valid)."""
+    from libdisplay.kubetesting import ServiceAccountDir
+
+    with FakeKube(tls=True, authorize=True) as fake:
+        fake.policy.add_token("tok", "alice", audiences=(auth.AUDIENCE,))
+        (tmp_path / "ca").write_bytes(fake.ca_pem)
+        account = ServiceAccountDir(tmp_path / "sa", ca=tmp_path / "ca", token="not-issued")
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", fake.host)
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(fake.port))
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+
+        async def scenario() -> User:
+            reviews = HttpReviews(None, account=account.root)
+            try:
+                with pytest.raises(ReviewUnavailableError, match="401"):
+                    await reviews.token_review("tok", [auth.AUDIENCE])
+                account.rotate(fake.admin_token)
+                return await Reviewer(reviews, ttl_s=1.0).authenticate("tok")
+            finally:
+                await reviews.close()
+
+        assert asyncio.run(asyncio.wait_for(scenario(), 30)) == User("alice", groups=())
+
+
 def test_a_token_authenticated_for_another_audience_is_refused() -> None:
     api = CountingReviews({"t": {"username": "alice"}}, {"alice"}, audiences=["other"])
     with pytest.raises(UnauthenticatedError, match="audience display-capture"):
