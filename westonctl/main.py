@@ -56,6 +56,13 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     help="weston's renderer (pixman on a simulated node); default: the backend's own.",
 )
 @click.option(
+    "--output-count",
+    envvar="WESTON_OUTPUT_COUNT",
+    default=None,
+    type=click.IntRange(min=1),
+    help="How many outputs a windowed backend (x11) makes; the DRM backend has its heads.",
+)
+@click.option(
     "--restarts-dir",
     envvar="WESTON_RESTARTS_DIR",
     default="/etc/weston/restarts",
@@ -91,6 +98,7 @@ def weston(
     socket: str,
     backend: str,
     renderer: str | None,
+    output_count: int | None,
     restarts_dir: Path,
     pid_file: Path,
     log_scopes: str,
@@ -115,6 +123,7 @@ def weston(
         socket=socket,
         backend=backend,
         renderer=renderer,
+        output_count=output_count,
         log_scopes=log_scopes,
         extra_args=weston_args,
     )

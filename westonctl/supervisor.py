@@ -61,6 +61,7 @@ class WestonCommand:
     """The public socket's name inside runtime_dir."""
     backend: str = "drm-backend.so"
     renderer: str | None = None
+    output_count: int | None = None
     log_scopes: str = ""
     """WESTON_LOG_SCOPES: extra debug scopes written to the log ("" = weston's default)."""
     extra_args: tuple[str, ...] = ()
@@ -76,6 +77,8 @@ class WestonCommand:
         ]
         if self.renderer:
             args.append(f"--renderer={self.renderer}")
+        if self.output_count:
+            args.append(f"--output-count={self.output_count}")
         scopes = [s.strip() for s in self.log_scopes.split(",") if s.strip()]
         if scopes:
             # The flag replaces weston's default scope list, which is just "log".
