@@ -153,6 +153,8 @@ class Assembler:
             binds=tuple(binds), log_path=self.logs / f"{container.name}.log",
             scratch=self.scratch / container.name, rootfs=self.rootfs(image),
             drop_all_capabilities=container.drop_all_capabilities,
+            image=container.image, command=container.command, args=container.args,
+            memory_limit=container.memory_limit, pod=str(self.pod["metadata"]["name"]),
         )
 
     def warm_spec(self, container: Container) -> LaunchSpec:

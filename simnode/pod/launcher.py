@@ -71,6 +71,17 @@ class LaunchSpec:
     """A directory of the runner's for this container (the overlay's mount point)."""
     rootfs: Rootfs = field(default_factory=Rootfs)
     drop_all_capabilities: bool = True
+    # What a launcher that runs the built images needs (simnode.pod.podman); bwrap lays out
+    # the image's base and runs `argv` instead.
+    image: str = ""
+    """The image as the manifest names it."""
+    command: tuple[str, ...] | None = None
+    """The manifest's `command` (replaces the image's ENTRYPOINT), None to keep it."""
+    args: tuple[str, ...] | None = None
+    """The manifest's `args` (replace the image's CMD), None to keep it."""
+    memory_limit: int | None = None
+    pod: str = ""
+    """The pod the container belongs to (its sandbox), "" for none."""
 
 
 class Launched(Protocol):
@@ -89,6 +100,11 @@ class Launched(Protocol):
 
     def kill_and_reap(self) -> int: ...
 
+    @property
+    def oom_killed(self) -> bool:
+        """After `reap`: the runtime's memory limit ended it (the runtime's OOMKilled)."""
+        ...
+
 
 class Launcher(Protocol):
     def launch(self, spec: LaunchSpec) -> Launched: ...
@@ -104,6 +120,11 @@ class BwrapContainer:
     @property
     def pid(self) -> int:
         return self._child
+
+    @property
+    def oom_killed(self) -> bool:
+        # No cgroup per container: the runner's RSS check is bwrap's memory limit.
+        return False
 
     def exited(self) -> bool:
         return self.process.exited()

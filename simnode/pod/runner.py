@@ -133,7 +133,8 @@ class PodRunner:
         for state in self.states.values():
             launched = state.launched
             if launched is not None and launched.exited():
-                self._exited(state, launched.reap())
+                code = launched.reap()
+                self._exited(state, code, oom=launched.oom_killed)
             elif launched is not None:
                 if measure:
                     self._check_memory(state)
