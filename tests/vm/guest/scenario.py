@@ -1,0 +1,415 @@
+"""The VM tier's scenario, run inside the guest (python3.13, stdlib only) from the 9p share.
+
+`/share/run` starts it in a network namespace of its own (`unshare --net`): the pod's. There
+the kernel's uevents arrive and udevd's rebroadcast (in the guest's initial namespace) does not,
+as on a node with `hostUsers: true`. The fake API server runs in that namespace too, where a
+pod would reach its cluster's API over the network (lightkube speaks TCP only).
+
+The pod's four processes run the built PEXes (venvs the host made in /share/venv) as root
+without any capability (setpriv: empty bounding, inheritable and ambient sets, no_new_privs),
+against the real /sys/class/drm and /dev/dri/card0, in the order the kubelet uses: declare to
+completion, then westonctl (weston 14, drm backend, LIBSEAT_BACKEND=noop, the layout shell),
+then the operator. Host-side steps (plugging heads, QMP screendumps) go through the share's
+req/ and ack/ files (tests/vm/qemu.py RequestServer).
+
+Every step's findings go into /share/out/results.json, rewritten after each step, so a
+failure part-way still leaves what was seen; the host's tests assert on it. Every wait here
+is bounded; whatever happens, the processes are stopped before the scenario returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SHARE = Path("/share")
+OUT = SHARE / "out"
+LOGS = OUT / "logs"
+VENV = SHARE / "venv"
+POD = Path("/run/pod")
+ETC = POD / "etc"
+RUNTIME = Path("/run/display.liken.sh")
+SOCKET = RUNTIME / "wayland-0"
+API = "http://127.0.0.1:8080"
+NODE = "vm"
+SYS_DRM = Path("/sys/class/drm")
+DEBUGFS_CLIENTS = Path("/sys/kernel/debug/dri/0/clients")
+NO_CAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+           "--no-new-privs", "--"]
+# Heads 1 and 2 are plugged at these sizes; head 0 comes up at QEMU's 1920x1080 (preferred
+# 75 Hz in its EDID, so weston picks that).
+PLUGGED = {1: (1280, 800), 2: (1024, 768)}
+HOTPLUG_HEAD = 2
+HOTPLUG_DEVICE = "card0-virtual-3"
+HOTPLUG_OUTPUT = "Virtual-3"
+HOTPLUG_BOUND_S = 5.0
+WAIT_S = 180.0
+"""Bound of each start-up wait: TCG on a shared 2-core machine takes 20-50 s to start a PEX."""
+POLL_S = 0.1
+
+results: dict[str, Any] = {"steps": [], "errors": []}
+started = time.monotonic()
+
+
+def now() -> float:
+    return round(time.monotonic() - started, 3)
+
+
+def save() -> None:
+    tmp = OUT / ".results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
+    tmp.rename(OUT / "results.json")
+
+
+def step(name: str) -> None:
+    results["steps"].append({"name": name, "at": now()})
+    print(f"scenario: {name} at {now()} s", flush=True)
+    save()
+
+
+def until(check: Callable[[], Any], *, timeout: float = WAIT_S, what: str) -> Any:
+    """Poll `check` until it returns something truthy; TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g} s: {what}")
+        time.sleep(POLL_S)
+
+
+# -- the host's side ---------------------------------------------------------------------------
+
+_requests = [0]
+
+
+def ask_host(**request: Any) -> dict[str, Any]:
+    """Write a request for the host and wait for its ack."""
+    _requests[0] += 1
+    name = f"{_requests[0]:03d}-{request['op']}.json"
+    (SHARE / "req" / f".{name}").write_text(json.dumps(request))
+    (SHARE / "req" / f".{name}").rename(SHARE / "req" / name)
+    ack = SHARE / "ack" / name
+    until(ack.exists, timeout=30, what=f"the host's ack of {name}")
+    reply: dict[str, Any] = json.loads(ack.read_text())
+    if not reply.get("ok"):
+        raise RuntimeError(f"the host failed {request}: {reply.get('error')}")
+    return reply
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+_children: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+
+def start(name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+    log = (LOGS / f"{name}.log").open("ab")
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             env={**os.environ, **env}, start_new_session=True)
+    _children.append((name, child))
+    return child
+
+
+def stop_all() -> None:
+    for name, child in reversed(_children):
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGCONT)
+                os.kill(child.pid, signal.SIGTERM)
+            try:
+                child.wait(8)
+            except subprocess.TimeoutExpired:
+                print(f"scenario: {name} outlived SIGTERM; killing", flush=True)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait(5)
+
+
+def venv_binary(name: str) -> list[str]:
+    """A venv the host made: its `pex` script's shebang names the host's path, so it runs
+    through the interpreter (the script re-execs its venv's python, found beside itself)."""
+    return ["python3.11", os.fspath(VENV / name / "pex")]
+
+
+def pod_binary(name: str) -> list[str]:
+    return [*NO_CAPS, *venv_binary(name)]
+
+
+def run(argv: list[str], *, timeout: float = 60) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[:6]} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+# -- what is observed --------------------------------------------------------------------------
+
+def sysfs_connectors() -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted(SYS_DRM.glob("card0-*")):
+        edid = (path / "edid").read_bytes()
+        found[path.name] = {"status": (path / "status").read_text().strip(), "edid_len": len(edid)}
+    return found
+
+
+def api_get(path: str) -> Any:
+    with urllib.request.urlopen(API + path, timeout=10) as response:
+        return json.load(response)
+
+
+def slice_devices() -> dict[str, Any]:
+    """The node's published devices by name ({} before the first publish)."""
+    slices = api_get("/apis/resource.k8s.io/v1/resourceslices")["items"]
+    devices = {}
+    for item in slices:
+        if item["spec"].get("nodeName") == NODE or item["spec"].get("pool", {}).get("name") == NODE:
+            for device in item["spec"].get("devices", []):
+                devices[device["name"]] = device
+    return devices
+
+
+def wayland_outputs() -> dict[str, str] | None:
+    """Output name → current mode ("1920x1080") from wayland-info; None if nothing answers."""
+    try:
+        text = subprocess.run(["wayland-info", "-i", "wl_output"], capture_output=True,
+                              text=True, timeout=10, check=False,
+                              env={**os.environ, "XDG_RUNTIME_DIR": os.fspath(RUNTIME),
+                                   "WAYLAND_DISPLAY": "wayland-0"}).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    outputs: dict[str, str] = {}
+    for block in text.split("interface: 'wl_output'")[1:]:
+        # The block's first line ends in the global's number ("name: 16"); the output's
+        # own name is on an indented line of its own.
+        name = re.search(r"^\s+name: (\S+)", block, re.MULTILINE)
+        current = re.search(r"width: (\d+) px, height: (\d+) px, refresh: [\d.]+ Hz,\s*"
+                            r"flags: current", block)
+        if name:
+            outputs[name.group(1)] = f"{current.group(1)}x{current.group(2)}" if current else ""
+    return outputs or None
+
+
+def drm_clients() -> list[dict[str, str]]:
+    """The card's open files from debugfs: command, pid, master flag."""
+    rows = []
+    lines = DEBUGFS_CLIENTS.read_text().splitlines()
+    for line in lines[1:]:
+        cols = line.split()
+        if len(cols) >= 4:
+            rows.append({"command": cols[0], "pid": cols[1], "master": cols[3]})
+    return rows
+
+
+def weston_pid() -> int | None:
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        pid = int((ETC / "weston.pid").read_text().strip())
+        if Path(f"/proc/{pid}").exists():
+            return pid
+    return None
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return {k: fields.get(k, "") for k in ("Name", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs")}
+
+
+def netns(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+# -- the scenario ------------------------------------------------------------------------------
+
+def plug_heads() -> None:
+    step("plug heads 1 and 2")
+    for head, (width, height) in PLUGGED.items():
+        ask_host(op="plug", head=head, width=width, height=height)
+    # Nothing is master yet, so the fbdev console's probe refreshes sysfs.
+    until(lambda: all(c["status"] == "connected" for c in sysfs_connectors().values()),
+          timeout=30, what="three connectors connected in sysfs")
+    results["sysfs"] = sysfs_connectors()
+    for path in sorted(SYS_DRM.glob("card0-*")):
+        (OUT / f"edid-{path.name}.bin").write_bytes((path / "edid").read_bytes())
+
+
+def start_api() -> None:
+    step("fake API server")
+    start("fakekube", [*venv_binary("fakekube"), "--port", "8080",
+                       "--load", os.fspath(SHARE / "kube" / "objects.yaml")])
+
+    def answers() -> bool:
+        try:
+            api_get("/api/v1/nodes")
+        except OSError:
+            return False
+        return True
+
+    until(answers, timeout=WAIT_S, what="the fake API answers")
+
+
+def declare() -> None:
+    step("declare")
+    results["connectors"] = json.loads(run([*pod_binary("declare"), "connectors", "--json"]))
+    ETC.mkdir(parents=True)
+    run([*pod_binary("declare"), "declare", f"--node-name={NODE}", f"--api-server={API}",
+         f"--config={ETC / 'weston.ini'}", f"--shell={SHARE / 'layout-shell.so'}",
+         f"--runtime-dir={RUNTIME}"])
+    results["weston_ini"] = (ETC / "weston.ini").read_text()
+    results["clients_before_weston"] = drm_clients()
+
+
+def start_westonctl() -> subprocess.Popen[bytes]:
+    return start("westonctl", [
+        *pod_binary("westonctl"), "weston", f"--config={ETC / 'weston.ini'}",
+        f"--runtime-dir={RUNTIME}", f"--restarts-dir={ETC / 'restarts'}",
+        f"--pid-file={ETC / 'weston.pid'}", "--", "--renderer=pixman"])
+
+
+def compositor() -> None:
+    step("westonctl")
+    RUNTIME.mkdir(mode=0o700, parents=True)
+    start_westonctl()
+    outputs = until(lambda: (o := wayland_outputs()) and len(o) == 3 and o,
+                    timeout=WAIT_S, what="weston answers with three outputs")
+    results["weston_outputs"] = outputs
+    pid = until(weston_pid, timeout=10, what="weston's pid file")
+    results["weston"] = {"pid": pid, "status": proc_status(pid), "netns": netns(pid)}
+    results["clients_with_weston"] = drm_clients()
+
+
+def operator() -> None:
+    step("operator")
+    for d in ("plugin", "registry", "cdi", "claims"):
+        (POD / d).mkdir(parents=True, exist_ok=True)
+    child = start("operator", [
+        *pod_binary("draplugin"), "operator", f"--node-name={NODE}",
+        f"--plugin-dir={POD / 'plugin'}", f"--registry-dir={POD / 'registry'}",
+        f"--cdi-root={POD / 'cdi'}", f"--weston-config={ETC / 'weston.ini'}",
+        f"--mode-records-dir={POD / 'claims'}", f"--restarts-dir={ETC / 'restarts'}",
+        f"--pid-file={ETC / 'weston.pid'}", f"--runtime-dir={RUNTIME}",
+        f"--api-server={API}", "--metrics-addr=127.0.0.1:9200",
+        f"--shell={SHARE / 'layout-shell.so'}", "--delivery=layout"])
+    results["first_slice"] = until(lambda: len(slice_devices()) == 3 and slice_devices(),
+                                   timeout=WAIT_S, what="a slice of three devices")
+    results["operator"] = {"pid": child.pid, "status": proc_status(child.pid),
+                           "netns": netns(child.pid), "own_netns": netns(os.getpid()),
+                           "init_netns": netns(1)}
+    results["clients_with_operator"] = drm_clients()
+
+
+def screendumps(prefix: str) -> dict[str, Any]:
+    return {str(head): ask_host(op="screendump", head=head, name=f"{prefix}-head{head}")
+            for head in range(3)}
+
+
+def lit() -> None:
+    step("screendumps")
+    results["screendumps"] = screendumps("lit")
+
+
+def timed(what: str, check: Callable[[], bool], t0: float) -> float:
+    until(check, timeout=60, what=what)
+    return round(time.monotonic() - t0, 3)
+
+
+def hotplug() -> None:
+    step("unplug")
+    found: dict[str, Any] = {}
+    t0 = time.monotonic()
+    ask_host(op="unplug", head=HOTPLUG_HEAD)
+    found["unplug_slice_s"] = timed("the slice drops the device",
+                                    lambda: HOTPLUG_DEVICE not in slice_devices(), t0)
+    found["unplug_compositor_s"] = timed(
+        "weston drops the output",
+        lambda: (o := wayland_outputs()) is not None and HOTPLUG_OUTPUT not in o, t0)
+    until(lambda: (o := wayland_outputs()) and len(o) == 2, timeout=30,
+          what="weston answers with two outputs")
+    found["after_unplug"] = {"slice": sorted(slice_devices()), "outputs": wayland_outputs(),
+                             "sysfs": sysfs_connectors()}
+    step("replug")
+    t0 = time.monotonic()
+    ask_host(op="plug", head=HOTPLUG_HEAD, width=PLUGGED[HOTPLUG_HEAD][0],
+             height=PLUGGED[HOTPLUG_HEAD][1])
+    found["replug_slice_s"] = timed("the slice regains the device",
+                                    lambda: HOTPLUG_DEVICE in slice_devices(), t0)
+    found["replug_compositor_s"] = timed(
+        "weston regains the output", lambda: HOTPLUG_OUTPUT in (wayland_outputs() or {}), t0)
+    until(lambda: (o := wayland_outputs()) and len(o) == 3, timeout=30,
+          what="weston answers with three outputs")
+    found["after_replug"] = {"slice": sorted(slice_devices()), "outputs": wayland_outputs(),
+                             "sysfs": sysfs_connectors()}
+    found["screendumps"] = screendumps("replugged")
+    results["hotplug"] = found
+
+
+def tainted() -> bool:
+    devices = slice_devices().values()
+    return bool(devices) and all(d.get("taints") for d in devices)
+
+
+def watchdog() -> None:
+    step("SIGSTOP weston")
+    found: dict[str, Any] = {}
+    pid = until(weston_pid, timeout=10, what="weston's pid")
+    found["stopped_pid"] = pid
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    found["tainted_s"] = timed("every device tainted", tainted, t0)
+    found["killed_s"] = timed("the stopped weston gone",
+                              lambda: not Path(f"/proc/{pid}").exists()
+                              or "State:\tZ" in Path(f"/proc/{pid}/status").read_text(), t0)
+    # An exit no order names ends the weston container; the kubelet starts it again.
+    westonctl = next(child for name, child in reversed(_children) if name == "westonctl")
+    found["westonctl_exit"] = until(lambda: westonctl.poll() is not None and
+                                    [westonctl.returncode], timeout=30,
+                                    what="westonctl exits after weston's SIGKILL")[0]
+    start_westonctl()
+    new = until(lambda: (p := weston_pid()) and p != pid and p, timeout=WAIT_S,
+                what="a new weston pid")
+    found["new_pid"] = new
+    until(lambda: (o := wayland_outputs()) and len(o) == 3, timeout=WAIT_S,
+          what="the new weston answers with three outputs")
+    found["untainted_s"] = timed("the taints gone", lambda: not any(
+        d.get("taints") for d in slice_devices().values()), t0)
+    found["clients_after"] = drm_clients()
+    found["operator_pid"] = next(c.pid for name, c in _children if name == "operator")
+    results["watchdog"] = found
+
+
+def main() -> int:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    run(["busybox", "ip", "link", "set", "lo", "up"])
+    try:
+        for part in (plug_heads, start_api, declare, compositor, operator, lit, hotplug,
+                     watchdog):
+            part()
+        step("done")
+    except Exception as err:
+        results["errors"].append(f"{type(err).__name__}: {err}")
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            results["final_clients"] = drm_clients()
+        save()
+        stop_all()
+        results["exits"] = {name: child.returncode for name, child in _children}
+        save()
+    return 0 if not results["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

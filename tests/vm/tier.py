@@ -1,0 +1,110 @@
+"""One boot of the VM tier: make the share, boot the guest, serve its requests, read its results.
+
+The share holds what the guest runs: the PEXes as venvs of /usr/bin/python3.11 (made here:
+the guest holds the same bookworm python3.11 at the same path, build-support/vm/guest-image),
+the layout shell compiled in the host's trixie root (the guest's weston is the same 14.0.x),
+the objects the fake API starts with (the Display CRD, the Node), and the guest's scenario
+(tests/vm/guest/scenario.py). The guest writes `out/results.json`, its logs and EDID blobs;
+the host writes the screendumps it asks for into `out/`.
+
+`python3.11 -m tests.vm.tier WORKDIR [PEX_DIR]` runs a boot by hand from the checkout, with
+the PEXes from PEX_DIR or dist/ (`./pants package declare:declare westonctl:westonctl
+draplugin:draplugin capture:capture tests/vm:fakekube`), and keeps WORKDIR for reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.vm import qemu
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+GUEST_DIR = Path(__file__).resolve().parent / "guest"
+DISPLAY_CRD = CHECKOUT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
+LAYOUT_BUILD = CHECKOUT / "westonctl" / "layout" / "build.sh"
+BINARIES = ("declare", "westonctl", "draplugin", "capture", "fakekube")
+PYTHON = "/usr/bin/python3.11"
+VENV_TIMEOUT_S = 300.0
+RUN_TIMEOUT_S = 900.0
+"""Boot to power-off of the whole scenario (measured about 90 s on TCG with nothing else)."""
+NODE = "vm"
+
+
+def venv(pex: Path, dest: Path) -> None:
+    """The PEX as a venv of /usr/bin/python3.11 with its bytecode compiled (as the images do):
+    no unpacking or compiling in the guest, where every CPU cycle is emulated."""
+    subprocess.run([PYTHON, os.fspath(pex), "venv", "--compile", "--rm", "pex", os.fspath(dest)],
+                   check=True, capture_output=True, timeout=VENV_TIMEOUT_S,
+                   env={**os.environ, "PEX_TOOLS": "1",
+                        "PEX_ROOT": os.fspath(dest.parent / ".pex")})
+
+
+def build_layout(out: Path) -> None:
+    subprocess.run(["sh", os.fspath(LAYOUT_BUILD), os.fspath(out)], check=True, timeout=300)
+
+
+def objects() -> str:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "vm-node-uid"}}
+    crd = yaml.safe_load(DISPLAY_CRD.read_text())
+    return yaml.safe_dump_all([crd, node])
+
+
+def make_share(share: Path, pexes: dict[str, Path]) -> None:
+    for sub in ("req", "ack", "out", "kube", "venv"):
+        (share / sub).mkdir(parents=True, exist_ok=True)
+    for name in BINARIES:
+        venv(pexes[name], share / "venv" / name)
+    shutil.rmtree(share / "venv" / ".pex", ignore_errors=True)
+    build_layout(share / "layout-shell.so")
+    (share / "kube" / "objects.yaml").write_text(objects())
+    shutil.copytree(GUEST_DIR, share / "guest", ignore=shutil.ignore_patterns("__pycache__"))
+    run = share / "run"
+    run.write_text("#!/bin/sh\n# The pod's network namespace: kernel uevents reach it, udevd's "
+                   "do not.\nexec unshare --net -- python3 /share/guest/scenario.py\n")
+    run.chmod(0o755)
+
+
+def run_boot(workdir: Path, pexes: dict[str, Path]) -> dict[str, Any]:
+    """Make the share in `workdir`, boot once, return results.json plus the host's view."""
+    share = workdir / "share"
+    make_share(share, pexes)
+    image = qemu.guest_image()
+    started = time.monotonic()
+    with qemu.Vm(image, share=share, workdir=workdir) as vm, qemu.RequestServer(vm) as server:
+        booted = time.monotonic() - started
+        status = vm.wait_poweroff(timeout=RUN_TIMEOUT_S)
+        handled = server.handled
+    path = share / "out" / "results.json"
+    if not path.is_file():
+        raise qemu.VmError(f"the guest wrote no results (QEMU exit {status}):\n"
+                           f"{(workdir / 'serial.log').read_text(errors='replace')[-4000:]}")
+    results: dict[str, Any] = json.loads(path.read_text())
+    results["host"] = {"boot_s": round(booted, 1), "wall_s": round(time.monotonic() - started, 1),
+                       "qemu_exit": status, "requests": handled}
+    return results
+
+
+def main() -> int:
+    workdir = Path(sys.argv[1]).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    # A directory of NAME.pex files (dist/ is rewritten by every `pants package`).
+    pex_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else CHECKOUT / "dist"
+    pexes = {name: next(p for p in (pex_dir / f"{name}.pex", pex_dir / name / f"{name}.pex",
+                                    pex_dir / "tests.vm" / f"{name}.pex") if p.exists())
+             for name in BINARIES}
+    results = run_boot(workdir, pexes)
+    print(json.dumps(results, indent=2, sort_keys=True))
+    return 0 if not results.get("errors") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

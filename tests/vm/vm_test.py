@@ -1,0 +1,138 @@
+"""The VM tier: the pod's binaries on a real kernel's KMS card (virtio-gpu, three heads, QEMU).
+
+One boot serves every test here (tests/vm/tier.py; the guest's side is guest/scenario.py):
+the tests read what that boot saw. It needs root, QEMU and the guest image, and takes a
+minute and a half to several minutes on TCG, so it runs only with DISPLAY_OPERATOR_VM=1 (the
+"vm tier" phase of .ci/run passes it); elsewhere every test here is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.vm import qemu, tier
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DISPLAY_OPERATOR_VM") != "1" or shutil.which("qemu-system-x86_64") is None
+    or os.geteuid() != 0,
+    reason="the VM tier runs with DISPLAY_OPERATOR_VM=1, as root, with QEMU installed")
+
+# Heads as the scenario plugs them: head N is the connector Virtual-(N+1).
+MODES = {0: (1920, 1080), 1: (1280, 800), 2: (1024, 768)}
+HOTPLUG_BOUND_S = float(os.environ.get("DISPLAY_OPERATOR_VM_HOTPLUG_BOUND", "5"))
+
+
+def _pex(name: str) -> Path:
+    for path in (Path(name) / f"{name}.pex", Path("tests.vm") / f"{name}.pex"):
+        if path.is_file():
+            return path.resolve()
+    pytest.fail(f"{name}.pex was not built: run under ./pants test, which packages it")
+
+
+@pytest.fixture(scope="module")
+def boot(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("vm")
+    results = tier.run_boot(workdir, {name: _pex(name) for name in tier.BINARIES})
+    results["workdir"] = os.fspath(workdir)
+    print(json.dumps({k: v for k, v in results.items() if k != "host"}, indent=1)[:20000])
+    return results
+
+
+def _out(boot: dict[str, Any]) -> Path:
+    return Path(boot["workdir"]) / "share" / "out"
+
+
+def _reached(boot: dict[str, Any], step: str) -> None:
+    if step not in [s["name"] for s in boot["steps"]]:
+        pytest.fail(f"the scenario stopped before {step!r}: {boot['errors']}")
+
+
+def test_the_scenario_ran_to_the_end(boot: dict[str, Any]) -> None:
+    assert boot["errors"] == []
+    assert boot["steps"][-1]["name"] == "done"
+
+
+def test_declare_reads_the_real_connectors_and_edids(boot: dict[str, Any]) -> None:
+    _reached(boot, "westonctl")
+    rows = {r["device"]: r for r in boot["connectors"]}
+    assert sorted(rows) == ["card0-virtual-1", "card0-virtual-2", "card0-virtual-3"]
+    for head, (width, height) in MODES.items():
+        row = rows[f"card0-virtual-{head + 1}"]
+        assert row["status"] == "connected" and row["pci_address"] == "0000:00:02.0"
+        # The oracle: edid-decode of the same sysfs blob.
+        blob = _out(boot) / f"edid-card0-Virtual-{head + 1}.bin"
+        decoded = subprocess.run(["edid-decode", os.fspath(blob)], capture_output=True,
+                                 text=True, timeout=30, check=False).stdout
+        assert "Manufacturer: RHT" in decoded
+        assert f"Display Product Name: '{row['model']}'" in decoded
+        product = re.search(r"Model: (\d+)", decoded)
+        assert product is not None and row["monitor"].startswith(f"RHT-{int(product.group(1)):04X}")
+        assert row["preferred"].startswith(f"{width}x{height}@")
+        first_dtd = re.search(r"DTD 1:\s+(\d+)x(\d+)", decoded)
+        assert first_dtd is not None and (int(first_dtd.group(1)), int(first_dtd.group(2))) == (
+            width, height)
+    ini = boot["weston_ini"]
+    for head in MODES:
+        assert f"name=Virtual-{head + 1}" in ini
+    assert "require-outputs=none" in ini
+
+
+def test_weston_lights_the_three_heads_at_their_modes(boot: dict[str, Any]) -> None:
+    _reached(boot, "screendumps")
+    assert boot["weston_outputs"] == {
+        f"Virtual-{h + 1}": f"{w}x{hh}" for h, (w, hh) in MODES.items()}
+    for head, (width, height) in MODES.items():
+        assert qemu.ppm_size(_out(boot) / f"lit-head{head}.ppm") == (width, height)
+
+
+def test_the_pod_runs_without_capabilities_in_its_own_network_namespace(
+        boot: dict[str, Any]) -> None:
+    _reached(boot, "screendumps")
+    for who in ("weston", "operator"):
+        status = boot[who]["status"]
+        assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0" * 16, who
+        assert status["NoNewPrivs"] == "1"
+        assert boot[who]["netns"] == boot["operator"]["own_netns"] != boot["operator"]["init_netns"]
+
+
+def test_weston_is_the_only_opener_and_master_of_the_card(boot: dict[str, Any]) -> None:
+    _reached(boot, "screendumps")
+    assert boot["clients_before_weston"] == []
+    weston = str(boot["weston"]["pid"])
+    for clients in (boot["clients_with_weston"], boot["clients_with_operator"]):
+        assert clients == [{"command": "weston", "pid": weston, "master": "y"}]
+    log = (_out(boot) / "logs" / "operator.log").read_text()
+    assert "EINVAL" not in log and "EACCES" not in log
+
+
+def test_unplug_and_replug_reach_the_slice_and_the_compositor(boot: dict[str, Any]) -> None:
+    _reached(boot, "SIGSTOP weston")
+    found = boot["hotplug"]
+    assert found["after_unplug"]["slice"] == ["card0-virtual-1", "card0-virtual-2"]
+    assert sorted(found["after_unplug"]["outputs"]) == ["Virtual-1", "Virtual-2"]
+    # No stale "connected" left: the restarted master's probe refreshed sysfs.
+    assert found["after_unplug"]["sysfs"]["card0-Virtual-3"]["status"] == "disconnected"
+    assert found["after_replug"]["slice"] == ["card0-virtual-1", "card0-virtual-2",
+                                              "card0-virtual-3"]
+    assert found["after_replug"]["outputs"]["Virtual-3"] == "1024x768"
+    assert qemu.ppm_size(_out(boot) / "replugged-head2.ppm") == MODES[2]
+    for key in ("unplug_slice_s", "replug_slice_s"):
+        assert found[key] <= HOTPLUG_BOUND_S, f"{key} = {found[key]} s"
+
+
+def test_a_stopped_weston_is_killed_and_master_passes_to_the_next(boot: dict[str, Any]) -> None:
+    _reached(boot, "done")
+    found = boot["watchdog"]
+    assert found["westonctl_exit"] != 0, "an unordered exit ends the weston container"
+    assert found["new_pid"] != found["stopped_pid"]
+    assert found["tainted_s"] < found["untainted_s"]
+    assert found["clients_after"] == [
+        {"command": "weston", "pid": str(found["new_pid"]), "master": "y"}]
