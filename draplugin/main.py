@@ -68,12 +68,9 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
 @_path_option(
     "--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini", "The weston.ini to regenerate"
 )
-@_path_option(
-    "--mode-records-dir",
-    "MODE_RECORDS_DIR",
-    "/etc/weston/claims",
-    "Where each claim's mode record goes",
-)
+# Accepted and ignored, for callers that still pass it: a claim's mode lives in the checkpoint.
+@click.option("--mode-records-dir", envvar="MODE_RECORDS_DIR", hidden=True,
+              type=click.Path(path_type=Path))
 @_path_option(
     "--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts", "Where restart orders go"
 )
@@ -203,7 +200,6 @@ def operator(**options: Any) -> None:
         registry_dir=options["registry_dir"],
         cdi_dir=options["cdi_root"],
         weston_ini=options["weston_config"],
-        mode_records_dir=options["mode_records_dir"],
         restarts_dir=options["restarts_dir"],
         pid_file=options["pid_file"],
         socket_dir=options["runtime_dir"],

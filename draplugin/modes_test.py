@@ -63,7 +63,7 @@ def settings(root: Path, *, restart_timeout_s: float = 1.0) -> Settings:
     etc = root / "etc"
     return Settings(
         node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "reg",
-        cdi_dir=root / "cdi", weston_ini=etc / "weston.ini", mode_records_dir=etc / "claims",
+        cdi_dir=root / "cdi", weston_ini=etc / "weston.ini",
         restarts_dir=etc / "restarts", pid_file=etc / "weston.pid", socket_dir=root / "run",
         container_socket_dir=root / "run", socket_name="wayland-0",
         sysfs_root=sysfs_root(root), dev_root=dev_root(root), aliases={},

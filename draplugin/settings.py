@@ -43,7 +43,6 @@ class Settings:
     registry_dir: Path
     cdi_dir: Path
     weston_ini: Path
-    mode_records_dir: Path
     restarts_dir: Path
     pid_file: Path
     socket_dir: Path

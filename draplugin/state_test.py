@@ -69,7 +69,7 @@ def _settings(root: Path) -> Settings:
     return Settings(
         node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "registry",
         cdi_dir=root / "cdi", weston_ini=root / "etc" / "weston.ini",
-        mode_records_dir=root / "etc" / "claims", restarts_dir=root / "etc" / "restarts",
+        restarts_dir=root / "etc" / "restarts",
         pid_file=root / "etc" / "weston.pid", socket_dir=root / "run",
         container_socket_dir=root / "run", socket_name="wayland-0",
         sysfs_root=sysfs_tree.sysfs_root(root), dev_root=sysfs_tree.dev_root(root),

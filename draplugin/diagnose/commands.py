@@ -88,7 +88,6 @@ def _settings(options: dict[str, Any]) -> Any:
         registry_dir=unused,
         cdi_dir=unused,
         weston_ini=options["weston_config"],
-        mode_records_dir=unused,
         restarts_dir=unused,
         pid_file=unused,
         socket_dir=options["runtime_dir"],
