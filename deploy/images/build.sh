@@ -17,6 +17,7 @@
 #
 # usage: deploy/images/build.sh [--registry REGISTRY] [--tag TAG] [--dry-run]
 #   --dry-run prints the commands instead of running them.
+# libddcutil4 is in the cli base for its offline capabilities parser (smoke.py compares it).
 # openssl is in the capture base because capture makes its start-up TLS leaf
 # with the openssl command.
 set -euo pipefail
@@ -67,7 +68,7 @@ declare -A base_packages=(
   [weston]="python3.13,weston,wayland-utils"
   [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
   [ffmpeg]="python3.11,ffmpeg,openssl,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
-  [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil"
+  [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil,libddcutil4"
 )
 declare -A base_suite=(
   [python]=bookworm [operator]=bookworm [weston]=trixie [weston-build]=trixie
