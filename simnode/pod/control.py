@@ -27,7 +27,9 @@ from simnode.pod.manifest import PodTemplate
 JsonObject = dict[str, Any]
 RBAC: Final = Path(__file__).with_name("rbac.yaml")
 PERSON: Final = "alice"
-VIEWER: Final = "viewer"
+VIEWER: Final = ("default", "screen-viewer")
+"""The ServiceAccount whose tokens may see every screen."""
+CAPTURE_AUDIENCE: Final = "display-capture"
 SCHEDULER: Final = "system:kube-scheduler"
 PODS: Final = Resource("v1", "pods")
 SECRETS: Final = Resource("v1", "secrets")
@@ -82,8 +84,14 @@ class ControlPlane:
                                                           ("system:nodes",)))
         self.scheduler = self._api("scheduler", kube.user_token(SCHEDULER))
         self.person = self._api(PERSON, kube.user_token(PERSON))
-        self.viewer_token = kube.user_token(VIEWER)
-        """A person's token bound to the capture ClusterRole the CRD documents."""
+        self.viewer_token = self.capture_token(*VIEWER)
+        """A token RBAC lets see every screen (README: `kubectl create token SA --audience
+        display-capture`)."""
+
+    def capture_token(self, namespace: str, account: str) -> str:
+        """A ServiceAccount's token issued for the capture server's audience."""
+        return str(self.kube.service_account_token(namespace, account,
+                                                   audiences=(CAPTURE_AUDIENCE,)))
 
     def _api(self, name: str, token: str) -> Api:
         path = kubeconfig(self.work / f"{name}.kubeconfig", server=self.kube.url,

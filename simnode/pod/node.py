@@ -19,6 +19,7 @@ import select
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -33,6 +34,7 @@ from simnode.pod import control, simcard
 from simnode.pod.assemble import Assembler, Machine
 from simnode.pod.launcher import BwrapLauncher, Launcher
 from simnode.pod.manifest import PodTemplate, daemonset, load_documents, pod_template
+from simnode.pod.podman import PodmanLauncher
 from simnode.pod.runner import PodRunner
 from simnode.pod.volumes import PodVolumes, clear, project
 from simnode.up import serve_monitors, stop_monitors, use_trixie_compositor
@@ -62,6 +64,8 @@ class NodeConfig:
     node_name: str = "sim-node-1"
     monitors: int = 3
     start_timeout_s: float = START_TIMEOUT_S
+    images: bool = False
+    """Run each container from its built image with podman (simnode.pod.podman)."""
 
     @property
     def host(self) -> Path:
@@ -105,6 +109,8 @@ class RunningPod:
 
     def build_images(self) -> None:
         """Each image's PEX unpacked once (see `Assembler.warm_spec`)."""
+        if isinstance(self.node.launcher, PodmanLauncher):
+            return  # built images: their entrypoints are installed
         for container in self.template.all_containers():
             if container.command is not None:
                 continue
@@ -161,7 +167,8 @@ class PodNode:
     def __init__(self, config: NodeConfig, *, launcher: Launcher | None = None) -> None:
         self.config = config
         self.template: PodTemplate = pod_template(daemonset(load_documents(config.manifests)))
-        self.launcher = launcher or BwrapLauncher()
+        self.launcher = launcher or (PodmanLauncher(repo=config.repo) if config.images
+                                     else BwrapLauncher())
         self.kube = FakeKube(tls=True, authorize=True)
         self.control: control.ControlPlane
         self.node_object: cluster.NodeObject | None = None
@@ -211,19 +218,13 @@ class PodNode:
     def _register(self) -> None:
         """The kubelet's plugin watcher: GetInfo and NotifyRegistrationStatus."""
         assert self.pod is not None
-        operator = self.pod.runner.states.get("operator")
-        deadline_s = START_TIMEOUT_S
-        process_wait = threading.Event()
-        waited = 0.0
+        deadline = time.monotonic() + self.config.start_timeout_s
         while not unix_socket_accepts(self.registration_socket):
-            if waited >= deadline_s:
+            if time.monotonic() >= deadline:
                 raise NodeError(f"the operator's registration socket {self.registration_socket}"
-                                f" did not answer in {deadline_s:g} s: see"
+                                f" did not answer in {self.config.start_timeout_s:g} s: see"
                                 f" {self.pod.logs}/operator.log")
-            if operator is not None and operator.launched is None and operator.restart_count:
-                log.info("operator restarting; waiting for its registration socket")
-            process_wait.wait(0.1)
-            waited += 0.1
+            time.sleep(0.1)
         with self.kubelet() as kubelet:
             log.info("kubelet: registered %s (%s)", DRIVER, kubelet.service)
 
@@ -282,3 +283,43 @@ class PodNode:
             raise NodeError(f"Xvfb did not report its display: see {self.xvfb.log_path}")
         self.display = f":{int(line)}"
 
+
+
+CONSUMER_NAMESPACE: Final = "default"
+CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
+
+
+def claim(node: PodNode, device: str, parameters: dict[str, object]) -> tuple[str, str]:
+    """A consumer's claim on `device` (created as the cluster owner, allocated as the
+    scheduler) prepared by the operator as the kubelet asks it; (name, uid)."""
+    from fakekube.kubelet import Claim
+    from fakekube.testing import resource_claim
+
+    name = f"sim-{device}-{uuid.uuid4().hex[:6]}"
+    created = node.control.admin.create(control.CLAIMS, resource_claim(
+        name, namespace=CONSUMER_NAMESPACE), namespace=CONSUMER_NAMESPACE)
+    uid = str(created["metadata"]["uid"])
+    configs = [{"source": "FromClaim", "requests": ["screen"],
+                "opaque": {"driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
+    results = [{"request": "screen", "driver": DRIVER, "pool": node.config.node_name,
+                "device": device}]
+    node.control.scheduler.patch(
+        control.CLAIMS, name, {"status": {"allocation": {"devices": {
+            "results": results, "config": configs}}}},
+        namespace=CONSUMER_NAMESPACE, subresource="status")
+    with node.kubelet() as kubelet:
+        answer = kubelet.prepare([Claim(uid=uid, name=name, namespace=CONSUMER_NAMESPACE)])[uid]
+    if answer.error:
+        node.control.admin.delete(control.CLAIMS, name, namespace=CONSUMER_NAMESPACE)
+        raise NodeError(f"the operator refused claim {name}: {answer.error}")
+    return name, uid
+
+
+def release(node: PodNode, name: str, uid: str) -> None:
+    from fakekube.kubelet import Claim
+
+    with node.kubelet() as kubelet:
+        error = kubelet.unprepare([Claim(uid=uid, name=name, namespace=CONSUMER_NAMESPACE)])[uid]
+    if error:
+        raise NodeError(f"the operator could not unprepare {name}: {error}")
+    node.control.admin.delete(control.CLAIMS, name, namespace=CONSUMER_NAMESPACE)

@@ -420,6 +420,11 @@ def create_args(spec: LaunchSpec, image: str, *, name: str, pod: str | None, own
         args += ["--memory", str(spec.memory_limit), "--memory-swap", str(spec.memory_limit)]
     for key, value in sorted(spec.env.items()):
         args += ["--env", f"{key}={value}"]
+    if any(b.dest.startswith("/sys/") for b in spec.binds):
+        # A simulated card's sysfs (its CDI edits) over the runtime's read-only sysfs, which
+        # on these VMs has no /sys/class/drm to mount on: a tmpfs gives the mount points,
+        # as bwrap's root does.
+        args += ["--mount", "type=tmpfs,destination=/sys"]
     for bind in sorted(spec.binds, key=lambda b: b.dest.count("/")):
         if bind.dest not in stand_ins:
             args += ["--mount", mount_arg(bind)]

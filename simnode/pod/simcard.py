@@ -5,7 +5,8 @@ kubelet hands a container that names the claim the CDI edits of each allocated d
 simulated card's edits mount its simulated sysfs tree (`/sys/class/drm` and the device tree its
 links point into), its device nodes and the DDC/CI sockets at `/dev/i2c-N`, and set what a
 simulated node differs in: weston's x11 backend on the node's Xvfb, the pixman renderer, and
-the x11 output names X1..Xn as aliases of the connectors. None of that is in the manifest: a
+the x11 output names X1..Xn as aliases of the connectors (for weston and the operator) and as
+the capture server's outputs. None of that is in the manifest: a
 real node's card needs none of it.
 """
 
@@ -37,18 +38,22 @@ def edits(host_root: Path, monitors: Sequence[card.Monitor], *,
           display: str) -> dict[str, CdiEdits]:
     """Device name -> its containerEdits."""
     sys_dir, dev_dir = host_root / "sys", host_root / "dev"
-    aliases = " ".join(f"{m.connector}={m.output}" for m in monitors)
+    # How the x11 outputs are named, which every device of the simulated card carries: the
+    # capture container names the render node alone.
+    naming = {"WESTON_OUTPUT_ALIASES": " ".join(f"{m.connector}={m.output}" for m in monitors),
+              "CAPTURE_DEVICES": ",".join(f"{m.output}={m.device}" for m in monitors)}
     return {
         CARD_DEVICE: CdiEdits(
             env={"DISPLAY": display, "WESTON_BACKEND": "x11-backend.so",
-                 "WESTON_RENDERER": "pixman", "WESTON_OUTPUT_ALIASES": aliases},
+                 "WESTON_RENDERER": "pixman",
+                 "WESTON_OUTPUT_COUNT": str(len(monitors)), **naming},
             mounts=(*(Bind(sys_dir / p, f"/sys/{p}") for p in _SYSFS),
                     Bind(dev_dir / "dri" / CARD_DEVICE, f"/dev/dri/{CARD_DEVICE}",
                          read_only=False),
                     Bind(X11_SOCKETS, str(X11_SOCKETS)))),
-        RENDER_DEVICE: CdiEdits(mounts=(Bind(dev_dir / "dri" / RENDER_DEVICE,
+        RENDER_DEVICE: CdiEdits(env=naming, mounts=(Bind(dev_dir / "dri" / RENDER_DEVICE,
                                              f"/dev/dri/{RENDER_DEVICE}", read_only=False),)),
-        I2C_DEVICE: CdiEdits(mounts=tuple(
+        I2C_DEVICE: CdiEdits(env=naming, mounts=tuple(
             Bind(m.i2c_node(host_root), f"/dev/i2c-{m.i2c_bus}", read_only=False)
             for m in monitors)),
     }
