@@ -1,12 +1,11 @@
 """A kubeconfig file read into what a plain HTTPS client needs: server, credentials, TLS.
 
-The operator uses lightkube, which reads kubeconfigs itself; `declare` (standard library only,
-for its start-up budget) and `capture` (aiohttp) do not, yet run outside a cluster too: on the
-simulated node published into a real cluster with `simnode up --kubeconfig`. This module reads
-the current (or a named) context's cluster and user: bearer token (inline or `tokenFile`),
-client certificate and key (files or inline data), CA (file or inline data) and
-`insecure-skip-tls-verify`. Credential plugins (`exec`, `auth-provider`) are refused by name:
-running them is a client's job these binaries do not take on.
+Every binary reaches a cluster from outside it through this (`libdisplay.kubeaccess` turns
+it into the one Endpoint its clients are built from), as does simnode (`simnode up
+--kubeconfig`). It reads the current (or a named) context's cluster and user: bearer token
+(inline or `tokenFile`), client certificate and key (files or inline data), CA (file or inline
+data) and `insecure-skip-tls-verify`. Credential plugins (`exec`, `auth-provider`) are refused
+by name: running them is a client's job these binaries do not take on.
 """
 
 from __future__ import annotations
