@@ -79,6 +79,12 @@ def test_declare_reads_the_real_connectors_and_edids(boot: dict[str, Any]) -> No
         first_dtd = re.search(r"DTD 1:\s+(\d+)x(\d+)", decoded)
         assert first_dtd is not None and (int(first_dtd.group(1)), int(first_dtd.group(2))) == (
             width, height)
+        # The slice's attributes say the same.
+        attributes = boot["first_slice"][row["device"]]["attributes"]
+        assert attributes["manufacturer"] == {"string": "RHT"}
+        assert attributes["productCode"] == {"int": int(product.group(1))}
+        assert (attributes["preferredWidth"], attributes["preferredHeight"]) == (
+            {"int": width}, {"int": height})
     ini = boot["weston_ini"]
     for head in MODES:
         assert f"name=Virtual-{head + 1}" in ini
@@ -123,6 +129,10 @@ def test_unplug_and_replug_reach_the_slice_and_the_compositor(boot: dict[str, An
     assert found["after_replug"]["slice"] == ["card0-virtual-1", "card0-virtual-2",
                                               "card0-virtual-3"]
     assert found["after_replug"]["outputs"]["Virtual-3"] == "1024x768"
+    attributes = found["after_replug"]["device"]["attributes"]
+    assert attributes["model"] == {"string": "QEMU Monitor"}
+    assert (attributes["preferredWidth"], attributes["preferredHeight"]) == (
+        {"int": 1024}, {"int": 768})
     assert qemu.ppm_size(_out(boot) / "replugged-head2.ppm") == MODES[2]
     for key in ("unplug_slice_s", "replug_slice_s"):
         assert found[key] <= HOTPLUG_BOUND_S, f"{key} = {found[key]} s"

@@ -351,7 +351,8 @@ def hotplug() -> None:
     until(lambda: (o := wayland_outputs()) and len(o) == 3, timeout=30,
           what="weston answers with three outputs")
     found["after_replug"] = {"slice": sorted(slice_devices()), "outputs": wayland_outputs(),
-                             "sysfs": sysfs_connectors()}
+                             "sysfs": sysfs_connectors(),
+                             "device": slice_devices().get(HOTPLUG_DEVICE)}
     found["screendumps"] = screendumps("replugged")
     results["hotplug"] = found
 
