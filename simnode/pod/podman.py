@@ -413,6 +413,9 @@ def create_args(spec: LaunchSpec, image: str, *, name: str, pod: str | None, own
             "--log-driver", "k8s-file", "--log-opt", f"path={spec.log_path}",
             "--security-opt", "no-new-privileges"]
     args += ["--pod", pod] if pod else ["--network", "host"]
+    # The host's IPC namespace (a pod's containers share one): the simulated card's screens
+    # are Xvfb's, whose MIT-SHM segments weston's x11 backend attaches.
+    args += ["--ipc", "host"]
     if spec.drop_all_capabilities:
         args.append("--cap-drop=ALL")
     if memory and spec.memory_limit is not None:
