@@ -143,6 +143,7 @@ def test_a_stopped_weston_is_killed_and_master_passes_to_the_next(boot: dict[str
     found = boot["watchdog"]
     assert found["westonctl_exit"] != 0, "an unordered exit ends the weston container"
     assert found["new_pid"] != found["stopped_pid"]
-    assert found["tainted_s"] < found["untainted_s"]
+    # Tainted only once the watchdog judged it hung (a probe timeout after the stop at least).
+    assert 0.5 < found["tainted_s"] < found["untainted_s"]
     assert found["clients_after"] == [
         {"command": "weston", "pid": str(found["new_pid"]), "master": "y"}]
