@@ -21,8 +21,17 @@ import pytest
 from simnode.pod import node as pod_node
 from simnode.pod.manifest import daemonset, load_documents, pod_template
 from simnode.pod.podman import PodmanLauncher, built_ref, missing_images, podman
-from tests.pod_scenario_test import (NODE, REPO, _dist, capture_get, denials, rendered,
-                                     slice_devices, statuses, wait_for)
+from tests.pod_scenario_test import (
+    NODE,
+    REPO,
+    _dist,
+    capture_get,
+    denials,
+    rendered,
+    slice_devices,
+    statuses,
+    wait_for,
+)
 
 # vfs copies each image per container created (the weston and capture images are 600 MB):
 # minutes on a busy 2-core machine.

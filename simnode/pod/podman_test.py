@@ -22,8 +22,14 @@ import pytest
 from simnode.pod import manifest
 from simnode.pod.assemble import Assembler, Machine
 from simnode.pod.launcher import Bind, LaunchSpec
-from simnode.pod.podman import (OWNER_LABEL, PodmanLauncher, missing_images, podman,
-                                podman_env, sweep)
+from simnode.pod.podman import (
+    OWNER_LABEL,
+    PodmanLauncher,
+    missing_images,
+    podman,
+    podman_env,
+    sweep,
+)
 from simnode.pod.runner import PodRunner
 from simnode.pod.testing import DECLARE_IMAGE, NODE, REPO, toy_daemonset, wait_for
 from simnode.pod.volumes import PodVolumes
@@ -230,16 +236,16 @@ from simnode.pod.podman import PodmanLauncher
 launcher = PodmanLauncher()
 root = Path(sys.argv[1])
 c = launcher.launch(LaunchSpec(name="s", argv=(), env={}, binds=(), log_path=root / "s.log",
-                               scratch=root, image=sys.argv[2], command=("%s", "-c"),
+                               scratch=root, image=sys.argv[2], command=(sys.argv[3], "-c"),
                                args=("import time; time.sleep(3600)",), pod="orphan"))
 print(launcher._pods["orphan"].name, flush=True)
 time.sleep(3600)
-""" % PYTHON
+"""
 
 
 def test_a_sigkilled_owner_leaves_no_pod(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path), DECLARE_IMAGE],
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path), DECLARE_IMAGE, PYTHON],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = ""
