@@ -9,7 +9,7 @@ the host writes the screendumps it asks for into `out/`.
 
 `python3.11 -m tests.vm.tier WORKDIR [PEX_DIR]` runs a boot by hand from the checkout, with
 the PEXes from PEX_DIR or dist/ (`./pants package declare:declare westonctl:westonctl
-draplugin:draplugin capture:capture tests/vm:fakekube`), and keeps WORKDIR for reading.
+draplugin:draplugin capture:capture tests/vm:fakekube tests/vm:claim`), and keeps WORKDIR.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 DISPLAY_CRD = CHECKOUT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
 LAYOUT_BUILD = CHECKOUT / "westonctl" / "layout" / "build.sh"
-BINARIES = ("declare", "westonctl", "draplugin", "capture", "fakekube")
+BINARIES = ("declare", "westonctl", "draplugin", "capture", "fakekube", "claim")
 PYTHON = "/usr/bin/python3.11"
 VENV_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 900.0

@@ -119,10 +119,25 @@ def test_weston_is_the_only_opener_and_master_of_the_card(boot: dict[str, Any]) 
     assert "EINVAL" not in log and "EACCES" not in log
 
 
+def test_a_claimed_mode_reaches_that_head_only_and_release_restores_it(
+        boot: dict[str, Any]) -> None:
+    _reached(boot, "unplug")
+    found = boot["claims"]
+    assert found["prepare"]["error"] == ""
+    # What the monitor receives: head 1's scanout at the claimed mode, the others untouched.
+    assert (found["claimed"]["width"], found["claimed"]["height"]) == (1024, 768)
+    assert found["claimed_outputs"] == {"Virtual-1": "1920x1080", "Virtual-2": "1024x768",
+                                        "Virtual-3": "1024x768"}
+    assert found["release"]["error"] == ""
+    assert (found["released"]["width"], found["released"]["height"]) == MODES[1]
+
+
 def test_unplug_and_replug_reach_the_slice_and_the_compositor(boot: dict[str, Any]) -> None:
     _reached(boot, "SIGSTOP weston")
     found = boot["hotplug"]
     assert found["after_unplug"]["slice"] == ["card0-virtual-1", "card0-virtual-2"]
+    refused = found["unplugged_claim"]["error"]
+    assert "card0-virtual-3" in refused and "no connected monitor" in refused
     assert sorted(found["after_unplug"]["outputs"]) == ["Virtual-1", "Virtual-2"]
     # No stale "connected" left: the restarted master's probe refreshed sysfs.
     assert found["after_unplug"]["sysfs"]["card0-Virtual-3"]["status"] == "disconnected"

@@ -321,6 +321,42 @@ def lit() -> None:
     results["screendumps"] = screendumps("lit")
 
 
+REGISTRATION = POD / "registry" / "display.liken.sh-reg.sock"
+
+
+def claim(name: str, device: str, mode: str | None = None) -> dict[str, Any]:
+    argv = [*venv_binary("claim"), "prepare", f"--api={API}", f"--registration={REGISTRATION}",
+            f"--node={NODE}", f"--device={device}", *([f"--mode={mode}"] if mode else []), name]
+    answer: dict[str, Any] = json.loads(run(argv, timeout=WAIT_S))
+    return answer
+
+
+def release(name: str, uid: str) -> dict[str, Any]:
+    argv = [*venv_binary("claim"), "unprepare", f"--api={API}",
+            f"--registration={REGISTRATION}", name, uid]
+    answer: dict[str, Any] = json.loads(run(argv, timeout=WAIT_S))
+    return answer
+
+
+def claims() -> None:
+    """A claim stating a mode on head 1 restarts weston at it; its release restores the
+    preferred mode."""
+    step("claim a mode")
+    found: dict[str, Any] = {}
+    answer = claim("vm-mode", "card0-virtual-2", "1024x768@60")
+    found["prepare"] = answer
+    if not answer["error"]:
+        until(lambda: (wayland_outputs() or {}).get("Virtual-2") == "1024x768", timeout=WAIT_S,
+              what="Virtual-2 at the claimed 1024x768")
+        found["claimed_outputs"] = wayland_outputs()
+        found["claimed"] = ask_host(op="screendump", head=1, name="claimed-head1")
+        found["release"] = release("vm-mode", answer["uid"])
+        until(lambda: (wayland_outputs() or {}).get("Virtual-2") == "1280x800", timeout=WAIT_S,
+              what="Virtual-2 back at its preferred 1280x800")
+        found["released"] = ask_host(op="screendump", head=1, name="released-head1")
+    results["claims"] = found
+
+
 def timed(what: str, check: Callable[[], bool], t0: float) -> float:
     until(check, timeout=60, what=what)
     return round(time.monotonic() - t0, 3)
@@ -340,6 +376,7 @@ def hotplug() -> None:
           what="weston answers with two outputs")
     found["after_unplug"] = {"slice": sorted(slice_devices()), "outputs": wayland_outputs(),
                              "sysfs": sysfs_connectors()}
+    found["unplugged_claim"] = claim("vm-unplugged", HOTPLUG_DEVICE)
     step("replug")
     t0 = time.monotonic()
     ask_host(op="plug", head=HOTPLUG_HEAD, width=PLUGGED[HOTPLUG_HEAD][0],
@@ -398,7 +435,7 @@ def main() -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     run(["busybox", "ip", "link", "set", "lo", "up"])
     try:
-        for part in (plug_heads, start_api, declare, compositor, operator, lit, hotplug,
+        for part in (plug_heads, start_api, declare, compositor, operator, lit, claims, hotplug,
                      watchdog):
             part()
         step("done")

@@ -1,0 +1,85 @@
+"""The scheduler and kubelet of the VM tier, as one command the guest runs (a PEX: it needs gRPC).
+
+    claim prepare --api URL --registration SOCKET --node NODE --device DEV [--mode MODE] NAME
+    claim unprepare --api URL --registration SOCKET NAME UID
+
+`prepare` creates ResourceClaim NAME in `default`, allocates DEV of pool NODE to it with the
+claim's DisplayConfig (as the scheduler writes status.allocation), then asks the operator to
+prepare it the way the kubelet does (fakekube.kubelet); prints {"uid", "error"} as JSON.
+`unprepare` asks the operator to unprepare it and deletes the claim; prints {"error"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from fakekube.kubelet import Claim, Kubelet
+
+DRIVER = "display.liken.sh"
+NAMESPACE = "default"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+def _call(api: str, method: str, path: str, body: Any = None,
+          content_type: str = "application/json") -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(api + path, data=data, method=method,
+                                     headers={"Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def prepare(args: argparse.Namespace) -> dict[str, Any]:
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": args.name, "namespace": NAMESPACE},
+             "spec": {"devices": {"requests": [
+                 {"name": "screen", "exactly": {"deviceClassName": DRIVER}}]}}}
+    uid = str(_call(args.api, "POST", CLAIMS, claim)["metadata"]["uid"])
+    parameters: dict[str, Any] = {"apiVersion": "display.liken.sh/v1alpha1",
+                                  "kind": "DisplayConfig"}
+    if args.mode:
+        parameters["mode"] = args.mode
+    allocation = {"status": {"allocation": {"devices": {
+        "results": [{"request": "screen", "driver": DRIVER, "pool": args.node,
+                     "device": args.device}],
+        "config": [{"source": "FromClaim", "requests": ["screen"],
+                    "opaque": {"driver": DRIVER, "parameters": parameters}}]}}}}
+    _call(args.api, "PATCH", f"{CLAIMS}/{args.name}/status", allocation,
+          "application/merge-patch+json")
+    with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
+        answer = kubelet.prepare([Claim(uid=uid, name=args.name, namespace=NAMESPACE)])[uid]
+    return {"uid": uid, "error": answer.error}
+
+
+def unprepare(args: argparse.Namespace) -> dict[str, Any]:
+    with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
+        error = kubelet.unprepare([Claim(uid=args.uid, name=args.name, namespace=NAMESPACE)])
+    _call(args.api, "DELETE", f"{CLAIMS}/{args.name}")
+    return {"error": error[args.uid]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="claim")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("prepare", "unprepare"):
+        p = sub.add_parser(name)
+        p.add_argument("--api", required=True)
+        p.add_argument("--registration", required=True)
+        p.add_argument("name")
+    sub.choices["prepare"].add_argument("--node", required=True)
+    sub.choices["prepare"].add_argument("--device", required=True)
+    sub.choices["prepare"].add_argument("--mode")
+    sub.choices["unprepare"].add_argument("uid")
+    args = parser.parse_args(argv)
+    result = prepare(args) if args.command == "prepare" else unprepare(args)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
