@@ -14,6 +14,7 @@ import signal
 import subprocess
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from libdisplay import cdi, fsutil
@@ -34,10 +35,12 @@ class Record:
     client_pid: int
 
 
-def cdi_env(spec: dict[str, Any]) -> dict[str, str]:
-    """The env of every device's edits, with container paths mapped to their host paths."""
+def cdi_env(spec: dict[str, Any], *, host_root: Path | None = None) -> dict[str, str]:
+    """The env of every device's edits, with container paths mapped to their host paths (under
+    `host_root`, a simulated host's root, when given)."""
     edits = [spec.get("containerEdits", {}), *(d["containerEdits"] for d in spec["devices"])]
-    mounts = [(m["containerPath"], m["hostPath"]) for e in edits for m in e.get("mounts", [])]
+    mounts = [(m["containerPath"], _on_host(m["hostPath"], host_root))
+              for e in edits for m in e.get("mounts", [])]
     env: dict[str, str] = {}
     for entry in (item for e in edits for item in e.get("env", [])):
         name, sep, value = entry.partition("=")
@@ -47,6 +50,10 @@ def cdi_env(spec: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def _on_host(path: str, host_root: Path | None) -> str:
+    return path if host_root is None else str(host_root / path.lstrip("/"))
+
+
 def _host_path(value: str, mounts: Iterable[tuple[str, str]]) -> str:
     for container, host in mounts:
         if value == container or value.startswith(container.rstrip("/") + "/"):
@@ -54,10 +61,10 @@ def _host_path(value: str, mounts: Iterable[tuple[str, str]]) -> str:
     return value
 
 
-def start_client(layout: Layout, uid: str) -> int:
+def start_client(layout: Layout, uid: str, *, host_root: Path | None = None) -> int:
     """Start the demo client with the claim's CDI env, in its own session; its pid."""
     spec = json.loads(cdi.spec_path(uid, cdi_dir=layout.cdi_dir).read_text())
-    env = {"PATH": os.environ.get("PATH", os.defpath), **cdi_env(spec)}
+    env = {"PATH": os.environ.get("PATH", os.defpath), **cdi_env(spec, host_root=host_root)}
     with (layout.logs / f"client-{uid}.log").open("ab") as log:
         popen = subprocess.Popen([DEMO_CLIENT], env=env, stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,9 +7,11 @@ kubeconfig and context) over HTTP, the plugin over its unix sockets, weston by i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
@@ -21,7 +23,7 @@ from fakekube.testing import resource_claim
 from libdisplay.cdi import DRIVER
 from libdisplay.wayland import WaylandError, list_outputs, probe
 from simnode import card, clients, report
-from simnode.api import RESOURCE_CLAIMS, Access, Api, ClusterError
+from simnode.api import DISPLAYS, RESOURCE_CLAIMS, Access, Api, ClusterError
 from simnode.state import Layout, State, alive, load
 from simnode.up import child_env, pex
 
@@ -43,6 +45,22 @@ def api(state: State) -> Api:
     return Api(Access(server=state.api_url, kubeconfig=kubeconfig, context=state.context))
 
 
+def actor(layout: Layout, state: State, name: str) -> Api:
+    """The API as one actor of a pod-runner node (`scheduler`, `alice`); elsewhere as `up`."""
+    path = layout.identities / f"{name}.kubeconfig"
+    if state.host_root is None or not path.is_file():
+        return api(state)
+    return Api(Access.from_kubeconfig(path))
+
+
+def _host_root(state: State) -> Path | None:
+    return Path(state.host_root) if state.host_root else None
+
+
+def kubelet(layout: Layout, state: State) -> Kubelet:
+    return Kubelet(layout.registration_socket, driver=DRIVER, host_root=_host_root(state))
+
+
 def _read(lines: Callable[[], list[str]]) -> list[str]:
     """A section read from the cluster, or why it could not be (the others are still shown)."""
     try:
@@ -55,6 +73,7 @@ def status(layout: Layout, out: TextIO) -> None:
     state = load(layout)
     objects, node = api(state).objects, state.node_name
     report.print_sections(out, [
+        *pod_sections(layout),
         ("devices", _read(lambda: report.device_lines(report.slice_devices(objects, node)))),
         ("displays", _read(lambda: report.display_lines(objects, node))),
         ("claims", _read(lambda: report.claim_lines(objects, node)) + _client_lines(layout)),
@@ -62,6 +81,26 @@ def status(layout: Layout, out: TextIO) -> None:
         ("metrics", _metric_lines(state.metrics_url)),
         ("where everything lives", report.paths_lines(layout, state)),
     ])
+
+
+def pod_sections(layout: Layout) -> list[tuple[str, list[str]]]:
+    """With the pod runner: the pod's containers and the API's denials, from `up`'s file."""
+    try:
+        snap = json.loads(layout.pod_file.read_text())
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for c in snap["containers"]:
+        state = next(iter(c["state"]), "?")
+        detail = c["state"][state].get("reason", "") if state != "running" else ""
+        last = c["last"].get("terminated", {})
+        limit = f"{c['limit'] >> 20}Mi" if c["limit"] else "none"
+        lines.append(f"  {c['name']}: {state}{f' ({detail})' if detail else ''},"
+                     f" restarts {c['restarts']}"
+                     + (f" (last: {last.get('reason')} {last.get('exitCode')})" if last else "")
+                     + f", memory {c['rss'] >> 20}Mi of {limit}")
+    denials = [f"  {d}" for d in snap["denials"]] or ["  (none)"]
+    return [(f"pod {snap['pod']}", lines), ("API denials", denials)]
 
 
 def _client_lines(layout: Layout) -> list[str]:
@@ -111,18 +150,18 @@ def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out:
                 "device": monitor.device}]
     status = {"allocation": {"devices": {"results": results, "config": configs}}}
     try:
-        cluster.patch(RESOURCE_CLAIMS, name, {"status": status}, namespace=NAMESPACE,
-                      subresource="status")
+        actor(layout, state, "scheduler").patch(RESOURCE_CLAIMS, name, {"status": status},
+                                                 namespace=NAMESPACE, subresource="status")
     except ClusterError:
         # Unallocated, the claim would only be litter in a real cluster.
         cluster.delete(RESOURCE_CLAIMS, name, namespace=NAMESPACE)
         raise
-    with Kubelet(layout.registration_socket, driver=DRIVER) as kubelet:
-        answer = kubelet.prepare([Claim(uid=uid, name=name, namespace=NAMESPACE)])[uid]
+    with kubelet(layout, state) as plugin:
+        answer = plugin.prepare([Claim(uid=uid, name=name, namespace=NAMESPACE)])[uid]
     if answer.error:
         cluster.delete(RESOURCE_CLAIMS, name, namespace=NAMESPACE)
         raise CommandError(f"the plugin refused claim {name}: {answer.error}")
-    pid = clients.start_client(layout, uid)
+    pid = clients.start_client(layout, uid, host_root=_host_root(state))
     clients.save(layout, clients.Record(uid=uid, name=name, device=monitor.device,
                                         client_pid=pid))
     print(f"claim {name} uid {uid}: {monitor.device} ({monitor.output}), demo client pid {pid}",
@@ -136,8 +175,8 @@ def release(layout: Layout, name: str, *, out: TextIO) -> None:
     state = load(layout)
     record = clients.find(layout, name)
     clients.stop_client(record)
-    with Kubelet(layout.registration_socket, driver=DRIVER) as kubelet:
-        error = kubelet.unprepare([Claim(uid=record.uid, name=record.name)])[record.uid]
+    with kubelet(layout, state) as plugin:
+        error = plugin.unprepare([Claim(uid=record.uid, name=record.name)])[record.uid]
     if error:
         raise CommandError(f"the plugin could not unprepare {record.name}: {error}")
     api(state).delete(RESOURCE_CLAIMS, record.name, namespace=NAMESPACE)
@@ -185,3 +224,37 @@ def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -
     if done.returncode != 0:
         raise CommandError(f"capture shoot failed (rc {done.returncode}): {done.stderr.strip()}")
     print(f"wrote {path} ({with_name})", file=out, flush=True)
+
+
+def display(layout: Layout, device: str, *, mode: str, out: TextIO) -> None:
+    """A person sets the monitor's start mode: `spec.mode` of its Display (as `alice` on a
+    pod-runner node, whom simnode's RBAC lets edit Displays)."""
+    state = load(layout)
+    monitor = card.find(card.monitors(state.monitors), device)
+    name = f"{state.node_name}.{monitor.device}"
+    actor(layout, state, "alice").patch(DISPLAYS, name, {"spec": {"mode": mode}})
+    print(f"Display {name}: spec.mode={mode} (weston starts at it next time, a roll included)",
+          file=out, flush=True)
+
+
+ROLL_TIMEOUT_S: Final = 180.0
+
+
+def roll(layout: Layout, *, out: TextIO) -> str:
+    """Replace the pod as a DaemonSet roll does (maxSurge 0); the new pod's name."""
+    state = load(layout)
+    if state.host_root is None:
+        raise CommandError("roll needs a node whose pod runs through the pod runner"
+                           " (`simnode up` without --kubeconfig)")
+    before = json.loads(layout.pod_file.read_text())["pod"]
+    os.kill(state.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + ROLL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        now = json.loads(layout.pod_file.read_text())
+        if now["pod"] not in (None, before) and all(
+                "running" in c["state"] or "terminated" in c["state"]
+                for c in now["containers"]):
+            print(f"rolled: {before} stopped, {now['pod']} running", file=out, flush=True)
+            return str(now["pod"])
+        time.sleep(0.5)
+    raise CommandError(f"the pod did not roll in {ROLL_TIMEOUT_S:g} s: see {layout.logs}")

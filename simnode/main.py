@@ -157,6 +157,22 @@ def shoot_command(state_dir: Path, output: str, file: Path, dist: Path | None) -
                    out=sys.stdout)
 
 
+@cli.command("display")
+@state_dir_option
+@click.argument("device")
+@click.option("--mode", required=True, help="The start mode (1280x720@60, or preferred).")
+def display_command(state_dir: Path, device: str, mode: str) -> None:
+    """Set DEVICE's Display spec.mode, as a person does (the start mode weston takes)."""
+    commands.display(_layout(state_dir), device, mode=mode, out=sys.stdout)
+
+
+@cli.command("roll")
+@state_dir_option
+def roll_command(state_dir: Path) -> None:
+    """Replace the pod as the DaemonSet's roll does: the old one stops before the new starts."""
+    commands.roll(_layout(state_dir), out=sys.stdout)
+
+
 def main() -> None:
     try:
         cli(standalone_mode=False)

@@ -92,7 +92,7 @@ def claim_lines(objects: Objects, node: str) -> list[str]:
 
 def cluster_lines(state: State) -> list[str]:
     """Where the node is published, and what a pod needs to land on it."""
-    where = (f"the real cluster at {state.api_url}" if state.kubeconfig
+    where = (f"the real cluster at {state.api_url}" if state.kubeconfig and not state.host_root
              else f"the embedded fake apiserver at {state.api_url}")
     return [
         f"  Node {state.node_name} in {where}",

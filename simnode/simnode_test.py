@@ -42,7 +42,7 @@ from simnode.cluster import display_crd
 from simnode.report import READY_LINE, JsonObject, slice_devices
 from simnode.state import NODE_LABEL, NODE_NAME, Layout, alive
 
-START_TIMEOUT_S = 240.0
+START_TIMEOUT_S = 600.0  # up waits for another pod-runner node (its ports) first
 HOTPLUG_TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 90.0
 # The operator probes each monitor's DDC/CI after it first publishes (about 2 s a monitor).
@@ -73,7 +73,10 @@ class Sim:
 
     def devices(self) -> dict[str, JsonObject]:
         state = self.state()
-        return slice_devices(Api(Access(server=state["api_url"])).objects, state["node_name"])
+        kubeconfig = state.get("kubeconfig")
+        access = (Access.from_kubeconfig(Path(kubeconfig), context=state.get("context"))
+                  if kubeconfig else Access(server=state["api_url"]))
+        return slice_devices(Api(access).objects, state["node_name"])
 
     def modes(self) -> dict[str, str]:
         return {o.name: str(o.mode) for o in list_outputs(self.layout.wayland_socket)}
@@ -223,8 +226,15 @@ def test_hang_taints_the_devices_until_the_compositor_is_back(sim: Sim) -> None:
     sim.wait(lambda: not alive(hung), timeout=HANG_TIMEOUT_S, what="watchdog killed weston")
     sim.wait(lambda: not any(d.get("taints") for d in sim.devices().values()),
              timeout=HANG_TIMEOUT_S, what="taint cleared after the restart")
-    assert sim.process.log_contains("westonctl exited")
+    # The kubelet's count of the weston sidecar's crashes (as `status` shows it).
+    sim.wait(lambda: _restarts(sim, "weston") >= 1, timeout=HANG_TIMEOUT_S,
+             what="the weston container restarted")
     assert int(sim.layout.weston_pid.read_text()) != hung
+
+
+def _restarts(sim: Sim, container: str) -> int:
+    snap = json.loads(sim.layout.pod_file.read_text())
+    return int(next(c["restarts"] for c in snap["containers"] if c["name"] == container))
 
 
 def _processes_naming(text: str) -> list[int]:

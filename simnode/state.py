@@ -100,6 +100,17 @@ class Layout:
         return self.root / "layout-shell.so"
 
     @property
+    def pod_file(self) -> Path:
+        """With the pod runner: the pod's containers (state, restarts, memory) and the API's
+        denials, as `up` last saw them."""
+        return self.root / "pod.json"
+
+    @property
+    def identities(self) -> Path:
+        """With the pod runner: a kubeconfig per actor (admin, scheduler, node, alice)."""
+        return self.root / "identities"
+
+    @property
     def kubeconfig(self) -> Path:
         """For `up --context`: the kubeconfig of that context alone, which the binaries read
         (they take the current context); it holds credentials, so `up` removes it."""
@@ -121,6 +132,9 @@ class State:
     pids: dict[str, int]
     kubeconfig: str | None = None
     context: str | None = None
+    host_root: str | None = None
+    """With the pod runner: the simulated host's root, under which the pod's hostPaths are
+    (the plugin's endpoint and the CDI specs name paths on the host)."""
 
 
 def save(layout: Layout, state: State) -> None:

@@ -414,7 +414,15 @@ def _signals() -> Iterator[Signals]:
 
 
 def run(options: Options, out: TextIO) -> None:
-    """Start the node, print it, serve until SIGINT/SIGTERM, stop everything."""
+    """Start the node, print it, serve until SIGINT/SIGTERM, stop everything. With the
+    embedded cluster the pod runs as the rendered manifest states it (`simnode.pod.up`); a
+    real cluster's node runs the binaries with flags, as before."""
+    if options.kubeconfig is None:
+        from simnode.pod import up as pod_up
+
+        use_trixie_compositor(options.dist)
+        pod_up.run(options, out)
+        return
     use_trixie_compositor(options.dist)
     check_tools()
     for name in BINARIES:

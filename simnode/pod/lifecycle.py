@@ -63,6 +63,10 @@ class ContainerState:
     probe_failures: int = 0
     next_probe: float = 0.0
     rss: int = 0
+    processes: dict[int, int | None] = field(default_factory=dict)
+    """The container's process tree as last seen (pid -> start time): a process that left
+    its parent's session (weston, started by westonctl) is ended with the container, as the
+    runtime ends everything in a container's cgroup."""
     completed: bool = False
     """A plain init container that exited 0: it is not started again."""
 

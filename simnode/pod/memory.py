@@ -42,3 +42,12 @@ def rss(pid: int, *, proc: Path = Path("/proc")) -> int:
 
 def tree_rss(pid: int, *, proc: Path = Path("/proc")) -> int:
     return sum(rss(p, proc=proc) for p in tree(pid, proc=proc))
+
+
+def start_time(pid: int, *, proc: Path = Path("/proc")) -> int | None:
+    """The process's start time (clock ticks since boot), which tells a pid's reuse apart."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])

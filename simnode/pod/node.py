@@ -13,16 +13,19 @@ its emptyDir is gone, before the new one starts; hostPaths stay.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import select
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from fakekube.kubelet import Kubelet
 from fakekube.server import FakeKube
@@ -45,6 +48,10 @@ START_TIMEOUT_S: Final = 120.0
 SECRET_SYNC_S: Final = 1.0
 """How often the kubelet re-reads a Secret volume's Secret (a real one: about a minute)."""
 XVFB_SCREEN: Final = "4096x2160x24"
+# The pod's containers listen on the manifest's ports on the host's network: one pod-runner
+# node per machine at a time, the next one (a test beside another) waits for the lock.
+PORTS_LOCK: Final = Path("/tmp/simnode-pod-ports.lock")
+PORTS_WAIT_S: Final = 900.0
 MODULEDIR: Final = Path("usr/lib/x86_64-linux-gnu/weston")
 LAYOUT_BUILD: Final = Path("westonctl") / "layout" / "build.sh"
 
@@ -183,15 +190,23 @@ class PodNode:
             extra_usr={"trixie": config.state / "images" / "trixie-layer" / "usr"})
         self.pod: RunningPod | None = None
         self._pods = 0
+        self._ports: IO[bytes] | None = None
+        self._link_dir: Path | None = None
+        self.host_link = config.host
 
     @property
     def registration_socket(self) -> Path:
-        return (self.config.host / "var/lib/kubelet/plugins_registry"
-                / f"{DRIVER}-reg.sock")
+        return self.host_link / "var/lib/kubelet/plugins_registry" / f"{DRIVER}-reg.sock"
 
     def start(self) -> None:
         config = self.config
         config.logs.mkdir(parents=True, exist_ok=True)
+        self._ports = _lock(PORTS_LOCK, timeout_s=PORTS_WAIT_S)
+        # The kubelet stand-in dials the plugin's sockets on the host through a short link
+        # (AF_UNIX paths are at most 108 bytes; a state dir may be deep).
+        self._link_dir = Path(tempfile.mkdtemp(prefix="sn-", dir="/tmp"))
+        self.host_link = self._link_dir / "h"
+        self.host_link.symlink_to(config.host.resolve())
         use_trixie_compositor(config.dist)
         self.kube.start()
         self.control = control.ControlPlane(self.kube, config.state / "identities",
@@ -216,20 +231,27 @@ class PodNode:
         self._register()
 
     def _register(self) -> None:
-        """The kubelet's plugin watcher: GetInfo and NotifyRegistrationStatus."""
+        """The kubelet's plugin watcher: GetInfo and NotifyRegistrationStatus, retried while
+        the operator (re)starts."""
         assert self.pod is not None
         deadline = time.monotonic() + self.config.start_timeout_s
-        while not unix_socket_accepts(self.registration_socket):
+        while True:
+            error: Exception | None = None
+            if unix_socket_accepts(self.registration_socket):
+                try:
+                    with self.kubelet() as kubelet:
+                        log.info("kubelet: registered %s (%s)", DRIVER, kubelet.service)
+                    return
+                except Exception as exc:  # the plugin went away mid-handshake: try again
+                    error = exc
             if time.monotonic() >= deadline:
-                raise NodeError(f"the operator's registration socket {self.registration_socket}"
-                                f" did not answer in {self.config.start_timeout_s:g} s: see"
+                raise NodeError(f"the operator did not register on {self.registration_socket}"
+                                f" in {self.config.start_timeout_s:g} s ({error}): see"
                                 f" {self.pod.logs}/operator.log")
-            time.sleep(0.1)
-        with self.kubelet() as kubelet:
-            log.info("kubelet: registered %s (%s)", DRIVER, kubelet.service)
+            time.sleep(0.2)
 
     def kubelet(self) -> Kubelet:
-        return Kubelet(self.registration_socket, driver=DRIVER, host_root=self.config.host)
+        return Kubelet(self.registration_socket, driver=DRIVER, host_root=self.host_link)
 
     def roll(self) -> None:
         """Replace the pod: the old one stops and is deleted before the new one starts."""
@@ -256,6 +278,12 @@ class PodNode:
                 except Exception:  # the fake goes next anyway
                     log.exception("withdrawing the Node failed")
             self.kube.stop()
+            if self._link_dir is not None:
+                shutil.rmtree(self._link_dir, ignore_errors=True)
+                self._link_dir = None
+            if self._ports is not None:
+                self._ports.close()
+                self._ports = None
 
     def _build_layout(self) -> None:
         out = self.machine.extra_usr["trixie"].parent / MODULEDIR / "layout-shell.so"
@@ -283,6 +311,22 @@ class PodNode:
             raise NodeError(f"Xvfb did not report its display: see {self.xvfb.log_path}")
         self.display = f":{int(line)}"
 
+
+
+def _lock(path: Path, *, timeout_s: float) -> IO[bytes]:
+    """An exclusive flock on `path`, held while the returned file is open."""
+    handle = path.open("ab")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise NodeError(f"another pod-runner node holds {path} (the ports 9200 and"
+                                f" 9201) after {timeout_s:g} s: stop it first") from None
+            time.sleep(0.5)
 
 
 CONSUMER_NAMESPACE: Final = "default"

@@ -25,7 +25,9 @@ and every bwrap joining it, which bwrap 0.8 cannot do for a namespace it did not
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -157,6 +159,7 @@ class PodRunner:
 
     def _exited(self, state: ContainerState, exit_code: int, *, oom: bool = False,
                 message: str = "") -> None:
+        _kill_left(state)
         ran = time.monotonic() - state.started_mono
         with self._lock:
             ended = state.terminated(exit_code, oom=oom, message=message)
@@ -179,7 +182,9 @@ class PodRunner:
     def _check_memory(self, state: ContainerState) -> None:
         launched = state.launched
         assert launched is not None
-        state.rss = memory.tree_rss(launched.pid)
+        pids = memory.tree(launched.pid)
+        state.processes = {p: memory.start_time(p) for p in pids}
+        state.rss = sum(memory.rss(p) for p in pids)
         limit = state.container.memory_limit
         if limit is not None and state.rss > limit:
             log.warning("container %s: RSS %d over its limit %d: OOMKilled", state.name,
@@ -224,6 +229,7 @@ class PodRunner:
                 state.launched.send_signal(signal.SIGTERM)
             for state in live:
                 code = self._end(state, deadline=deadline)
+                _kill_left(state)
                 with self._lock:
                     state.state = state.terminated(code)
                     state.restart_at = None
@@ -274,3 +280,12 @@ class PodRunner:
     def memory(self) -> dict[str, tuple[int, int | None]]:
         """Container -> (RSS of its process tree, its limit), as last measured."""
         return {n: (s.rss, s.container.memory_limit) for n, s in self.states.items()}
+
+
+def _kill_left(state: ContainerState) -> None:
+    """SIGKILL what is left of the container's last seen process tree (same pid, same start)."""
+    for pid, started in state.processes.items():
+        if started is not None and memory.start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    state.processes = {}

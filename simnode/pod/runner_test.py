@@ -194,3 +194,22 @@ def _ignores_sigterm(pid: int) -> bool:
         if line.startswith("SigIgn:"):
             return bool(int(line.split()[1], 16) & (1 << 14))
     return False
+
+
+def test_a_process_that_left_the_containers_session_goes_with_it(toy_pod: Make) -> None:
+    pod = toy_pod({"terminationGracePeriodSeconds": 2, "containers": [{
+        "name": "parent", "image": DECLARE_IMAGE,
+        "command": sh("setsid sleep 300 & echo $! > /host/child; " + LOOP.format(name="p")),
+        "volumeMounts": [{"name": "host", "mountPath": "/host"}]}],
+        "volumes": [host_volume()]})
+    pod.start()
+    child_file = pod.host / "var/lib/toy/child"
+    wait_for(lambda: child_file.exists() and child_file.read_text().strip().isdigit(),
+             timeout=30, what="the child's pid")
+    child = int(child_file.read_text())
+    wait_for(lambda: child in pod.runner.states["parent"].processes, timeout=30,
+             what="the runner saw the child")
+    pod.runner.stop()
+    wait_for(lambda: not Path(f"/proc/{child}").exists() or
+             Path(f"/proc/{child}/stat").read_text().split(") ")[1][0] == "Z",
+             timeout=10, what="the child gone with its container")

@@ -1,0 +1,164 @@
+"""`simnode up` with the embedded cluster: the rendered base's pod run through the pod runner.
+
+The state dir is the node's: `host/` the simulated host (hostPaths, the card's /sys and /dev),
+`pods/` each pod's own volumes, `identities/` a kubeconfig per actor, `logs/` everything's logs.
+The paths the other subcommands use (`simnode.state.Layout`) are links into it: `etc-weston` to
+the current pod's emptyDir, `run`, `cdi`, `plugins`, `plugins_registry`, `sys` and `dev` to
+the host's. `pod.json` holds what `status` shows of the pod (containers' state, restarts and
+memory against limits, and the API's denials), rewritten every second; SIGUSR1 (`simnode roll`)
+replaces the pod.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from libdisplay import fsutil
+from simnode import report
+from simnode.pod.node import NodeConfig, PodNode
+from simnode.state import Layout, State, check_free, save
+from simnode.up import Options, StartInterruptedError, UpError, _signals, check_tools, pex
+
+SNAPSHOT_S: Final = 1.0
+METRICS_URL: Final = "http://127.0.0.1:9200/metrics"
+LIVE_VIEW: Final = "https://127.0.0.1:9201/"
+_HOST_LINKS: Final = {"run": "var/run/display.liken.sh", "cdi": "var/run/cdi",
+                      "plugins": "var/lib/kubelet/plugins",
+                      "plugins_registry": "var/lib/kubelet/plugins_registry",
+                      "sys": "sys", "dev": "dev"}
+
+
+def checkout(dist: Path) -> Path:
+    """The checkout the PEXes were built in (`dist/..`, or a Pants sandbox, which holds the
+    PEXes beside deploy/): deploy/ and westonctl/layout come from it."""
+    repo = dist.resolve()
+    if not (repo / "deploy" / "images" / "build.sh").is_file():
+        repo = repo.parent
+    if not (repo / "deploy" / "images" / "build.sh").is_file():
+        raise UpError(f"{repo} is not a display-operator checkout (no deploy/images/build.sh):"
+                      " run the simnode PEX from the checkout's dist/")
+    return repo
+
+
+def trixie_root(repo: Path) -> Path:
+    given = os.environ.get("TRIXIE_ROOT")
+    if given:
+        return Path(given)
+    done = subprocess.run([str(repo / "build-support" / "trixie-root")], capture_output=True,
+                          text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise UpError(f"build-support/trixie-root failed: {done.stderr.strip()}")
+    return Path(done.stdout.strip())
+
+
+def render(repo: Path) -> str:
+    done = subprocess.run(["kubectl", "kustomize", str(repo / "deploy" / "base")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise UpError(f"kubectl kustomize deploy/base failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def link(path: Path, target: Path) -> None:
+    """`path` -> `target`, replaced atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    tmp.rename(path)
+
+
+def link_layout(layout: Layout, node: PodNode) -> None:
+    for name, under in _HOST_LINKS.items():
+        (node.config.host / under).mkdir(parents=True, exist_ok=True)
+        link(layout.root / name, node.config.host / under)
+    if node.pod is not None:
+        link(layout.etc, node.pod.volumes.source("weston-config"))
+
+
+def snapshot(node: PodNode) -> dict[str, Any]:
+    pod = node.pod
+    containers = []
+    if pod is not None:
+        status = pod.runner.status()
+        memory = pod.runner.memory()
+        for entry in status["initContainerStatuses"] + status["containerStatuses"]:
+            rss, limit = memory[entry["name"]]
+            containers.append({"name": entry["name"], "state": entry["state"],
+                               "restarts": entry["restartCount"],
+                               "last": entry["lastState"], "rss": rss, "limit": limit,
+                               "pid": pod.runner.pid(entry["name"])})
+    denials = [f"{d.user} {d.verb} {d.api_group}/{d.resource}"
+               f"{'/' + d.subresource if d.subresource else ''} {d.namespace}/{d.name}"
+               f" ({d.code})" for d in node.kube.denials()]
+    return {"pod": pod.name if pod else None, "containers": containers, "denials": denials}
+
+
+def state(options: Options, node: PodNode, snap: dict[str, Any]) -> State:
+    pids = {c["name"]: c["pid"] for c in snap["containers"] if c["pid"]}
+    if "operator" in pids:
+        pids["draplugin"] = pids["operator"]  # the name `hotplug` signals
+    return State(pid=os.getpid(), node_name=options.node_name, api_url=node.kube.url,
+                 metrics_url=METRICS_URL, monitors=options.monitors,
+                 xvfb_display=node.display, pids=pids,
+                 kubeconfig=str(node.control.kubeconfig_of("admin")),
+                 host_root=str(node.host_link))
+
+
+def run(options: Options, out: TextIO) -> None:
+    """Start the node and its pod, print it, serve until SIGINT/SIGTERM, stop everything."""
+    check_tools()
+    for name in ("declare", "westonctl", "draplugin", "capture"):
+        pex(options.dist, name)
+    check_free(options.layout, clean=options.clean)
+    layout = options.layout
+    layout.root.mkdir(parents=True, exist_ok=True)
+    fsutil.atomic_write(layout.marker, "")
+    layout.clients.mkdir(exist_ok=True)
+    repo = checkout(options.dist)
+    config = NodeConfig(state=layout.root, repo=repo, dist=options.dist.resolve(),
+                        manifests=render(repo), trixie_root=trixie_root(repo),
+                        node_name=options.node_name, monitors=options.monitors)
+    node = PodNode(config)
+    roll = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())
+    with _signals() as signals:
+        try:
+            node.start()
+            link_layout(layout, node)
+            _save(options, node)
+            report.print_up(node.control.admin.objects, layout, _state(options, node), out)
+            print(f"live view: {LIVE_VIEW} (token: {node.control.viewer_token})", file=out)
+            print(report.READY_LINE, file=out, flush=True)
+            signals.interrupting = False
+            while not signals.stop.wait(SNAPSHOT_S):
+                if roll.is_set():
+                    roll.clear()
+                    print("simnode: rolling the pod", file=out, flush=True)
+                    node.roll()
+                    link_layout(layout, node)
+                _save(options, node)
+        except StartInterruptedError as exc:
+            print(f"simnode: {exc} while starting", file=out, flush=True)
+        finally:
+            signals.interrupting = False
+            signal.signal(signal.SIGUSR1, previous)
+            print("simnode: stopping", file=out, flush=True)
+            node.stop()
+            fsutil.remove(layout.state_file)
+    print("simnode: stopped, no process left", file=out, flush=True)
+
+
+def _state(options: Options, node: PodNode) -> State:
+    return state(options, node, snapshot(node))
+
+
+def _save(options: Options, node: PodNode) -> None:
+    snap = snapshot(node)
+    fsutil.atomic_write(options.layout.pod_file, json.dumps(snap, indent=1) + "\n")
+    save(options.layout, state(options, node, snap))
