@@ -3,16 +3,17 @@
 `PodmanLauncher` takes the same `LaunchSpec` as `BwrapLauncher`, but runs the spec's image with
 its own ENTRYPOINT (the manifest's `command` replaces it, its `args` the CMD), rather than the
 host's files with the PEX standing in for the entrypoint. One podman pod per `spec.pod`, made
-with `--share pid,net` (the pod's `shareProcessNamespace: true`; catatonit is its pid 1 and reaps
-orphans); each container joins it with `--cap-drop=ALL` (when the manifest drops ALL),
+with `--share pid,net` (the pod's `shareProcessNamespace: true`; catatonit is its pid 1 and
+reaps orphans); each container joins it with `--cap-drop=ALL` (when the manifest drops ALL),
 `--security-opt no-new-privileges`, no privilege, the spec's env and binds (readOnly kept),
-and `--memory` (swap off) from its limit, so the kernel is the OOM killer and podman's
-`State.OOMKilled` says so (the runner's RSS check still runs and rarely fires first).
+and `--memory` (swap off) from its limit. The kernel is then the OOM killer; podman's
+`State.OOMKilled` misses it on these hybrid-cgroup VMs, so `OomWatch` sees it happen (the
+runner's RSS check still runs and rarely fires first).
 
-Network: the host's (`--network host`), as the bwrap runner has it: podman's bridge network
-makes a bridge and iptables chains on the host and is off in deploy/images/podman
-(reference/images.md), and the fake API, the kubelet stand-in's probes and the capture
-server's port are all on the host's loopback.
+Namespaces of the host: the network (`--network host` on the pod's infra), as the bwrap runner
+has it: podman's bridge network makes a bridge and iptables chains on the host and is off in
+deploy/images/podman (reference/images.md), and the fake API, the kubelet stand-in's probes
+and the capture server's port are all on the host's loopback. And IPC, for Xvfb's MIT-SHM.
 
 Image tags: the manifest says `:latest`, which a registry would serve; here the images are
 the ones build.sh built, at its tag (libdisplay's version), in the repo's podman storage.
