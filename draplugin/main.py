@@ -68,9 +68,6 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
 @_path_option(
     "--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini", "The weston.ini to regenerate"
 )
-# Accepted and ignored, for callers that still pass it: a claim's mode lives in the checkpoint.
-@click.option("--mode-records-dir", envvar="MODE_RECORDS_DIR", hidden=True,
-              type=click.Path(path_type=Path))
 @_path_option(
     "--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts", "Where restart orders go"
 )

@@ -288,7 +288,6 @@ class Node:
             f"--node-name={self.options.node_name}", f"--plugin-dir={layout.plugin_dir}",
             f"--registry-dir={layout.registry_dir}", f"--cdi-root={layout.cdi_dir}",
             f"--weston-config={layout.weston_ini}",
-            f"--mode-records-dir={layout.etc / 'claims'}",
             f"--restarts-dir={layout.etc / 'restarts'}", f"--pid-file={layout.weston_pid}",
             f"--runtime-dir={layout.runtime_dir}",
             f"--container-runtime-dir={layout.runtime_dir}",

@@ -299,7 +299,7 @@ def operator() -> None:
         *pod_binary("draplugin"), "operator", f"--node-name={NODE}",
         f"--plugin-dir={POD / 'plugin'}", f"--registry-dir={POD / 'registry'}",
         f"--cdi-root={POD / 'cdi'}", f"--weston-config={ETC / 'weston.ini'}",
-        f"--mode-records-dir={POD / 'claims'}", f"--restarts-dir={ETC / 'restarts'}",
+        f"--restarts-dir={ETC / 'restarts'}",
         f"--pid-file={ETC / 'weston.pid'}", f"--runtime-dir={RUNTIME}",
         f"--api-server={API}", "--metrics-addr=127.0.0.1:9200",
         f"--shell={SHARE / 'layout-shell.so'}", "--delivery=layout"])
