@@ -21,6 +21,8 @@ from simnode.pod.volumes import PodVolumes
 
 REPO = Path(__file__).resolve().parents[2]
 DECLARE_IMAGE = "ghcr.io/liken-sh/display-declare:latest"
+# The image tests run only with this set to 1: .ci/run sets it after building the images.
+IMAGES_ENV = "DISPLAY_OPERATOR_IMAGES"
 WESTON_IMAGE = "ghcr.io/liken-sh/display-weston:latest"
 NODE = "toy-node"
 
