@@ -26,6 +26,7 @@ import yaml
 
 from libdisplay.wayland import list_outputs
 from simnode import card, report
+from simnode.api import DISPLAYS
 from simnode.pod import control, images
 from simnode.pod import node as pod_node
 from simnode.pod.manifest import load_documents
@@ -33,6 +34,7 @@ from simnode.pod.manifest import load_documents
 REPO = Path.cwd()
 NODE = "sim-node-1"
 CAPTURE = "https://127.0.0.1:9201"
+METRICS = "http://127.0.0.1:9200"
 TIMEOUT_S = 90.0
 
 
@@ -111,6 +113,23 @@ def capture_get(path: str, token: str) -> tuple[int, bytes]:
             return exc.code, exc.read()
     except OSError as exc:  # not listening yet (a new pod's capture starting)
         return 0, str(exc).encode()
+
+
+def _metrics_text() -> str:
+    try:
+        with urllib.request.urlopen(f"{METRICS}/metrics", timeout=10) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return ""  # the operator restarting
+
+
+def compositor_restarts(reason: str) -> float:
+    """The operator's count of compositor restarts for `reason` (ordered, crash), as its
+    metrics port (the manifest's 9200) serves it."""
+    for line in _metrics_text().splitlines():
+        if line.startswith(f'display_compositor_restarts_total{{reason="{reason}"}}'):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_each_process_carries_the_manifests_args_and_nothing_else(
@@ -196,6 +215,10 @@ def test_claim_release_hotplug_hang_roll_capture_with_no_403(node: pod_node.PodN
              what="initContainerStatuses[weston].restartCount 1")
     wait_for(lambda: "running" in statuses(node, "initContainerStatuses")["weston"]["state"],
              what="weston running again")
+    # The operator reads that count from its own Pod (every 15 s) into its crash metric.
+    wait_for(lambda: compositor_restarts("crash") >= 1,
+             what="display_compositor_restarts{reason=crash} 1",
+             timeout=60)
 
     # Roll: the old pod is gone, and its emptyDir, before the new one starts.
     old = node.pod
@@ -219,6 +242,33 @@ def test_claim_release_hotplug_hang_roll_capture_with_no_403(node: pod_node.PodN
     # capture answers a Display the caller may not see as one it does not have (404), so a
     # refusal does not tell which screens exist.
     assert status in (403, 404) and not body.startswith(b"\x89PNG"), (status, body)
+    assert denials(node) == []
+
+
+def test_the_start_mode_example_applied_by_a_person_is_the_mode_after_a_roll(
+        node: pod_node.PodNode) -> None:
+    """deploy/examples/display-start-mode.yaml, retargeted to this node's second monitor and
+    to a mode it offers, applied as a person: the rolled pod's compositor starts at it."""
+    monitor = node.monitors[1]
+    example = yaml.safe_load((REPO / "deploy/examples/display-start-mode.yaml").read_text())
+    assert example["kind"] == "Display"
+    # A mode this monitor offers; scale 1 because weston's x11 backend, which stands in for the
+    # card here, sizes its window (and so the mode it reports) by the scale.
+    spec = {**example["spec"], "mode": "1024x768@60", "scale": 1}
+    display = f"{NODE}.{monitor.device}"
+    wait_for(lambda: node.control.person.get(DISPLAYS, display) is not None,
+             what=f"the operator's Display {display}")
+    node.control.person.patch(DISPLAYS, display, {"spec": spec})
+    assert _size_of(node, monitor.output) != (1024, 768)
+    node.roll()
+    wait_for(lambda: _size_of(node, monitor.output) == (1024, 768),
+             what=f"{monitor.output} started at the Display's spec.mode", timeout=120)
+    # declare wrote it (a new pod sets each mode once): the new operator ordered no restart.
+    wait_for(lambda: "display_compositor_restarts_total" in _metrics_text(),
+             what="the new operator's metrics")
+    assert compositor_restarts("ordered") == 0
+    found = node.control.person.get(DISPLAYS, display)
+    assert found is not None and found["spec"]["mode"] == "1024x768@60"
     assert denials(node) == []
 
 
