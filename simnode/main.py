@@ -77,8 +77,13 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
               help="The kubeconfig's context to use; default: its current context.")
 @click.option("--node-name", default=NODE_NAME, show_default=True, callback=_node_name,
               help="The Node to publish the devices on; created if missing, deleted on stop.")
+@click.option("--images", is_flag=True,
+              help="Run each container from its built image under podman (one pod sharing a"
+                   " PID namespace), not from the PEXes in bubblewrap; build them first with"
+                   " deploy/images/build.sh.")
 def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
-               kubeconfig: Path | None, context: str | None, node_name: str) -> None:
+               kubeconfig: Path | None, context: str | None, node_name: str,
+               images: bool) -> None:
     """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started.
 
     The node's Node object is labelled display.liken.sh/simulated=true and tainted
@@ -88,9 +93,12 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
     """
     if context is not None and kubeconfig is None:
         raise click.BadParameter("--context needs --kubeconfig", param_hint="--context")
+    if images and kubeconfig is not None:
+        raise click.BadParameter("--images runs the embedded cluster's pod; not with"
+                                 " --kubeconfig", param_hint="--images")
     options = up.Options(layout=_layout(state_dir), dist=dist or up.default_dist(),
                          monitors=monitors, clean=clean, node_name=node_name,
-                         kubeconfig=kubeconfig, context=context)
+                         kubeconfig=kubeconfig, context=context, images=images)
     up.run(options, sys.stdout)
 
 

@@ -76,6 +76,7 @@ class Options:
     node_name: str
     kubeconfig: Path | None = None
     context: str | None = None
+    images: bool = False  # containers from the built images (podman), not the PEXes
 
 
 def default_dist() -> Path:

@@ -123,7 +123,8 @@ def run(options: Options, out: TextIO) -> None:
     repo = checkout(options.dist)
     config = NodeConfig(state=layout.root, repo=repo, dist=options.dist.resolve(),
                         manifests=render(repo), trixie_root=trixie_root(repo),
-                        node_name=options.node_name, monitors=options.monitors)
+                        node_name=options.node_name, monitors=options.monitors,
+                        images=options.images)
     node = PodNode(config)
     roll = threading.Event()
     previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())
