@@ -7,6 +7,8 @@ kubeconfig and context) over HTTP, the plugin over its unix sockets, weston by i
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import signal
@@ -198,11 +200,35 @@ def hotplug(layout: Layout, device: str, *, connected: bool, out: TextIO) -> Non
           " now (SIGHUP): watch `simnode status`", file=out, flush=True)
 
 
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_pid(pid: int, comm: str) -> int:
+    """The host's pid of the `comm` process a pid file names: the same pid under bubblewrap
+    (the host's pid namespace), the one whose innermost NSpid is `pid` under podman (the pod's
+    own namespace, where weston writes its pid file). Never a recycled pid of another program.
+    """
+    if _comm(str(pid)) == comm:
+        return pid
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or _comm(entry.name) != comm:
+            continue
+        with contextlib.suppress(OSError):
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("NSpid:") and line.split()[-1] == str(pid):
+                    return int(entry.name)
+    raise ValueError(f"no {comm} process has pid {pid}, in this or a pod's pid namespace")
+
+
 def hang(layout: Layout, *, out: TextIO) -> int:
     """SIGSTOP weston: the watchdog should taint the devices and SIGKILL it."""
     load(layout)
     try:
-        pid = int(layout.weston_pid.read_text())
+        pid = host_pid(int(layout.weston_pid.read_text()), "weston")
     except (OSError, ValueError) as exc:
         raise CommandError(f"no weston pid in {layout.weston_pid}: {exc}") from exc
     os.kill(pid, signal.SIGSTOP)

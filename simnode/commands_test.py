@@ -1,0 +1,48 @@
+"""`host_pid`: the pid `hang` signals is the named program's, in the host's pid namespace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from simnode.commands import host_pid
+
+
+def test_a_pid_in_the_hosts_namespace_is_itself() -> None:
+    with subprocess.Popen(["sleep", "60"]) as child:
+        try:
+            assert host_pid(child.pid, "sleep") == child.pid
+        finally:
+            child.kill()
+
+
+def test_a_pid_of_another_program_is_refused() -> None:
+    with pytest.raises(ValueError, match="no weston process has pid"):
+        host_pid(os.getpid(), "weston")
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("unshare") is None,
+                    reason="a pid namespace needs root")
+def test_a_pid_from_a_pods_namespace_is_found_on_the_host() -> None:
+    # As under podman: the program is pid 1 of its own namespace, the pid file says 1.
+    with subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"]) as child:
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    found = host_pid(1, "sleep")
+                    break
+                except ValueError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            assert found != 1
+            status = Path(f"/proc/{found}/status").read_text()
+            assert "NSpid:" in status and status.split("NSpid:")[1].split()[-1] == "1"
+        finally:
+            child.kill()  # --kill-child: the namespace's sleep dies with unshare
