@@ -1,27 +1,28 @@
 """How simnode reaches its cluster: `Access` (what the state file records, the embedded fake's
 URL or a kubeconfig and context) and `Api`, a small JSON client of the apiserver's REST API.
 
-Credentials are read as `declare` reads them (`libdisplay.kubeconfig`: a token or tokenFile,
-client certificate, CA, insecure-skip-tls-verify), so simnode reaches a cluster exactly when its
-binaries can. Every failure is a `ClusterError` a user can act on: a kubeconfig that cannot be
-used, an API server that does not answer, credentials refused (401), rights missing (403, the
-message names the verb and the resource). Proxies from the environment are not used, as the
-operator's lightkube client does not use them.
+The endpoint and its credentials come from `libdisplay.kubeaccess`, as for every other client
+of the project, so simnode reaches a cluster exactly when its binaries can; the token is asked
+for on every request, so a rotated token file is used without a restart. Failures are mapped by
+`libdisplay.kubeerrors` and raised as a `ClusterError` a user can act on: a kubeconfig that
+cannot be used, an API server that does not answer, credentials refused (401), rights missing
+(403, the message names the verb and the resource). Proxies from the environment are not used,
+as the operator's lightkube client does not use them.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
-import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from libdisplay import display, kubeapi, kubeconfig
+from libdisplay import display, kubeaccess, kubeerrors
 
 JsonObject = dict[str, Any]
 TIMEOUT_S: Final = 10.0
@@ -43,11 +44,13 @@ class UnreachableError(ClusterError):
 
 
 class StatusError(ClusterError):
-    """The API server answered a request with an error status (`code`)."""
+    """The API server answered a request with an error status (`code`); `retryable` says
+    whether the same call may succeed later (5xx, 429, 409, an answer that is not JSON)."""
 
-    def __init__(self, message: str, *, code: int) -> None:
+    def __init__(self, message: str, *, code: int, retryable: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +84,28 @@ _BY_KIND: Final = {("v1", "Node"): NODES,
 @dataclass(frozen=True, slots=True)
 class Access:
     """Where the cluster is: `server`, and the kubeconfig (and context) that reach it, if any;
-    without a kubeconfig the server is the embedded fake, plain HTTP without credentials."""
+    without a kubeconfig the server is the embedded fake, plain HTTP without credentials.
+    `endpoint` is the resolved endpoint when the caller has one (not part of the record)."""
 
     server: str
     kubeconfig: Path | None = None
     context: str | None = None
+    endpoint: kubeaccess.Endpoint | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, context: str | None = None) -> Access:
         """The access a kubeconfig gives; KubeconfigUnusableError names what is wrong in it."""
         path = path.absolute()
-        return cls(server=credentials(path, context=context).server, kubeconfig=path,
-                   context=context)
+        endpoint = _kubeconfig_endpoint(path, context=context)
+        return cls(server=endpoint.url, kubeconfig=path, context=context, endpoint=endpoint)
+
+    def resolve(self) -> kubeaccess.Endpoint:
+        """The endpoint: the one given, the kubeconfig's, or the embedded fake's plain URL."""
+        if self.endpoint is not None:
+            return self.endpoint
+        if self.kubeconfig is not None:
+            return _kubeconfig_endpoint(self.kubeconfig, context=self.context)
+        return kubeaccess.Endpoint(url=self.server, origin="the embedded fake apiserver")
 
     def __str__(self) -> str:
         if self.kubeconfig is None:
@@ -100,11 +113,11 @@ class Access:
         return f"{self.server} (kubeconfig {self.kubeconfig}, context {self.context or 'current'})"
 
 
-def credentials(path: Path, *, context: str | None) -> kubeconfig.Credentials:
+def _kubeconfig_endpoint(path: Path, *, context: str | None) -> kubeaccess.Endpoint:
     try:
-        return kubeconfig.load(path, context=context)
-    except kubeconfig.KubeconfigError as exc:
-        raise KubeconfigUnusableError(f"cannot use --kubeconfig {path}: {exc}") from exc
+        return kubeaccess.from_kubeconfig(path, context=context)
+    except kubeaccess.NoEndpointError as exc:
+        raise KubeconfigUnusableError(f"cannot use --kubeconfig {path}: {exc.detail}") from exc
 
 
 class Api:
@@ -113,14 +126,16 @@ class Api:
     def __init__(self, access: Access, *, timeout: float = TIMEOUT_S) -> None:
         self.access = access
         self.timeout = timeout
-        self._token: str | None = None
+        self.endpoint = access.resolve()
         handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if access.kubeconfig is not None:
-            creds = credentials(access.kubeconfig, context=access.context)
-            self._token = creds.token
-            tls = _tls(creds, access)
-            if tls is not None:
-                handlers.append(urllib.request.HTTPSHandler(context=tls))
+        try:
+            tls = self.endpoint.ssl_context()
+        except kubeaccess.NoEndpointError as exc:
+            raise KubeconfigUnusableError(
+                f"cannot use {_source(access)}: its TLS settings: {exc.__cause__ or exc.detail}"
+            ) from exc
+        if tls is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=tls))
         self._opener = urllib.request.build_opener(*handlers)
 
     # --- the calls simnode makes ---------------------------------------------------------
@@ -177,36 +192,42 @@ class Api:
               query: Mapping[str, str] | None = None, body: JsonObject | None = None,
               ) -> JsonObject:
         path = resource.path(name, namespace=namespace, subresource=subresource)
-        url = self.access.server + path
+        url = self.endpoint.url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        what = _what(method, resource, name=name, namespace=namespace, subresource=subresource)
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT,
+                   **self._credentials()}
         if body is not None:
             headers["Content-Type"] = MERGE_PATCH if method == "PATCH" else "application/json"
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        what = _what(method, resource, name=name, namespace=namespace, subresource=subresource)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
-                answer = response.read()
+                code, answer = response.status, response.read()
         except urllib.error.HTTPError as exc:
             with exc:
-                raise self._status_error(exc.code, exc.read(), exc.reason, what) from exc
-        except OSError as exc:
-            raise UnreachableError(
-                f"cannot reach the API server at {self.access} to {what}: {_reason(exc)}"
-            ) from exc
+                failed = kubeerrors.status_error(what, exc.code, exc.read(), reason=exc.reason,
+                                                 headers=dict(exc.headers.items()))
+            raise self._status_error(failed, what) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._unreachable(kubeerrors.transport_error(what, _cause(exc)), what) from exc
         try:
-            decoded: JsonObject = json.loads(answer)
-        except ValueError as exc:
-            raise StatusError(f"{what}: the API server at {self.access} answered no JSON",
-                              code=200) from exc
-        return decoded
+            return kubeerrors.json_body(what, code, answer)
+        except kubeerrors.ApiCallError as exc:
+            raise StatusError(f"{what}: the API server at {self.access} answered no JSON"
+                              f" ({exc.detail})", code=code, retryable=exc.retryable) from exc
 
-    def _status_error(self, code: int, body: bytes, reason: str, what: str) -> StatusError:
-        message = kubeapi.status_message(body, reason)
+    def _credentials(self) -> dict[str, str]:
+        """This request's Authorization header: a token file is re-read when it was rotated."""
+        try:
+            return self.endpoint.headers()
+        except kubeaccess.NoEndpointError as exc:
+            raise KubeconfigUnusableError(f"cannot use {_source(self.access)}: {exc.detail}"
+                                          ) from exc
+
+    def _status_error(self, failed: kubeerrors.ApiCallError, what: str) -> StatusError:
+        code, message = failed.code or 0, failed.detail
         if code == 401:
             text = (f"the API server at {self.access} refused the credentials (401 {message}):"
                     " renew the kubeconfig's token or certificate")
@@ -215,7 +236,13 @@ class Api:
                     " (grant them to the kubeconfig's user, e.g. with an RBAC ClusterRole)")
         else:
             text = f"cannot {what} in the cluster at {self.access}: {code} {message}"
-        return StatusError(text, code=code)
+        return StatusError(text, code=code, retryable=failed.retryable)
+
+    def _unreachable(self, failed: kubeerrors.ApiCallError, what: str) -> UnreachableError:
+        text = f"cannot reach the API server at {self.access} to {what}: {failed.detail}"
+        if failed.reason == "TLSVerifyFailed":
+            text += " (the server's certificate is not trusted: check the kubeconfig's CA)"
+        return UnreachableError(text)
 
 
 def _what(method: str, resource: Resource, *, name: str | None, namespace: str | None,
@@ -230,16 +257,12 @@ def _what(method: str, resource: Resource, *, name: str | None, namespace: str |
     return text
 
 
-def _tls(creds: kubeconfig.Credentials, access: Access) -> ssl.SSLContext | None:
-    try:
-        return creds.tls()
-    except (kubeconfig.KubeconfigError, ssl.SSLError) as exc:
-        raise KubeconfigUnusableError(
-            f"cannot use --kubeconfig {access.kubeconfig}: its TLS settings: {exc}"
-        ) from exc
+def _source(access: Access) -> str:
+    return f"--kubeconfig {access.kubeconfig}" if access.kubeconfig else str(access)
 
 
-def _reason(exc: OSError) -> str:
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return str(exc)
+def _cause(exc: BaseException) -> BaseException:
+    """urllib wraps the socket's or ssl's error in a URLError; its reason is the error."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        return exc.reason
+    return exc

@@ -1,4 +1,5 @@
-"""api: the REST calls simnode makes, against the fake apiserver, and the errors a user reads
+"""api: the REST calls simnode makes, against the fake apiserver (plain and HTTPS with its CA),
+the token sent on every request (a rotated token file re-read), and the errors a user reads
 (kubeconfig unusable, API server unreachable, 401, 403 naming the verb and resource)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 
 from fakekube.server import FakeKube
 from fakekube.testing import node, resource_slice
+from libdisplay import kubeaccess
 from simnode import api
 
 
@@ -72,11 +74,12 @@ def test_calls_against_the_fake(kube: FakeKube) -> None:
 
 @dataclass
 class Stub:
-    """An HTTP server answering every request with `code` and a Status `message`."""
+    """An HTTP server answering every request with `code` and a Status `message` (or `raw`)."""
 
     url: str
     code: int = 200
     message: str = ""
+    raw: bytes | None = None
     headers: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -88,7 +91,7 @@ def stub() -> Iterator[Stub]:
         def _answer(self) -> None:
             found.headers.append(dict(self.headers))
             body = json.dumps({"kind": "Status", "code": found.code, "message": found.message,
-                               "items": []}).encode()
+                               "items": []}).encode() if found.raw is None else found.raw
             self.send_response(found.code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -120,6 +123,51 @@ def test_the_kubeconfig_token_is_sent(stub: Stub, tmp_path: Path) -> None:
     assert stub.headers[-1]["Authorization"] == "Bearer t0ken"
 
 
+def test_a_rotated_token_file_is_sent_from_the_next_request(stub: Stub, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    client = api.Api(api.Access.from_kubeconfig(
+        _kubeconfig(tmp_path / "kc", stub.url, user={"tokenFile": str(token)})))
+    client.items(api.DISPLAYS)
+    rotated = tmp_path / "token.new"
+    rotated.write_text("second\n")
+    rotated.replace(token)  # as the kubelet swaps a projected token: a new file, atomically
+    client.items(api.DISPLAYS)
+    assert [h["Authorization"] for h in stub.headers] == ["Bearer first", "Bearer second"]
+
+
+def test_an_endpoint_given_directly_is_used(stub: Stub) -> None:
+    endpoint = kubeaccess.Endpoint(url=stub.url, token=kubeaccess.StaticToken("direct"))
+    api.Api(api.Access(server=stub.url, endpoint=endpoint)).items(api.DISPLAYS)
+    assert stub.headers[-1]["Authorization"] == "Bearer direct"
+    assert "Authorization" not in _sent(api.Access(server=stub.url), stub), "the fake: none"
+
+
+def _sent(access: api.Access, stub: Stub) -> dict[str, str]:
+    api.Api(access).items(api.DISPLAYS)
+    return stub.headers[-1]
+
+
+def test_https_verified_with_the_kubeconfig_ca(tmp_path: Path) -> None:
+    with FakeKube(tls=True, authorize=True) as fake:
+        kc = tmp_path / "kc"
+        _kubeconfig(kc, fake.url, user={"token": fake.admin_token})
+        doc = yaml.safe_load(kc.read_text())
+        doc["clusters"][0]["cluster"]["certificate-authority"] = str(fake.ca_path)
+        kc.write_text(yaml.safe_dump(doc))
+        assert api.Api(api.Access.from_kubeconfig(kc)).get(api.NODES, "n1") is None
+        with pytest.raises(api.UnreachableError, match="certificate is not trusted"):
+            api.Api(api.Access.from_kubeconfig(_kubeconfig(kc, fake.url))).items(api.NODES)
+
+
+def test_an_answer_that_is_not_json_is_a_retryable_status(stub: Stub) -> None:
+    stub.raw = b"<html>bad gateway</html>"
+    with pytest.raises(api.StatusError, match="list displays: the API server at .* answered no"
+                       " JSON") as caught:
+        api.Api(api.Access(server=stub.url)).items(api.DISPLAYS)
+    assert caught.value.retryable
+
+
 @pytest.mark.parametrize(
     ("code", "call", "expected"),
     [
@@ -143,6 +191,7 @@ def test_error_statuses_name_the_verb_and_resource(
     with pytest.raises(api.StatusError, match=expected) as caught:
         call(client)
     assert caught.value.code == code
+    assert caught.value.retryable is (code >= 500)
 
 
 def _closed_port() -> int:
@@ -183,3 +232,13 @@ def test_a_context_the_kubeconfig_lacks(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
     with pytest.raises(api.KubeconfigUnusableError, match="no context named 'prod'"):
         api.Access.from_kubeconfig(path, context="prod")
+
+
+def test_a_ca_that_cannot_be_loaded_is_an_unusable_kubeconfig(tmp_path: Path) -> None:
+    kc = _kubeconfig(tmp_path / "kc", "https://127.0.0.1:1")
+    doc = yaml.safe_load(kc.read_text())
+    doc["clusters"][0]["cluster"]["certificate-authority-data"] = "bm90IGEgY2VydA=="  # "not a cert"
+    kc.write_text(yaml.safe_dump(doc))
+    with pytest.raises(api.KubeconfigUnusableError,
+                       match=r"cannot use --kubeconfig .*/kc: its TLS settings: "):
+        api.Api(api.Access.from_kubeconfig(kc))
