@@ -11,15 +11,13 @@ authenticate come from `libdisplay.kubeaccess`, as for every other client.
 from __future__ import annotations
 
 import http.client
-import json
 import urllib.parse
 from typing import Any
 
 from libdisplay.kubeaccess import Endpoint, NoEndpointError
 from libdisplay.kubeerrors import ApiCallError, json_body, status_error, transport_error
 
-__all__ = ["ApiStatusError", "ApiUnreachableError", "Endpoint", "KubeApiError", "get_json",
-           "status_message"]
+__all__ = ["ApiStatusError", "ApiUnreachableError", "Endpoint", "KubeApiError", "get_json"]
 
 
 class KubeApiError(ApiCallError):
@@ -74,12 +72,3 @@ def get_json(endpoint: Endpoint, path: str, *, timeout: float) -> dict[str, Any]
     except ApiCallError as err:
         raise _as(ApiStatusError, err) from err
 
-
-def status_message(body: bytes, reason: str) -> str:
-    """The `message` of a Status body when there is one, else the HTTP reason."""
-    try:
-        status = json.loads(body)
-    except ValueError:
-        return reason
-    message = status.get("message") if isinstance(status, dict) else None
-    return str(message) if message else reason
