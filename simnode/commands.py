@@ -8,7 +8,6 @@ kubeconfig and context) over HTTP, the plugin over its unix sockets, weston by i
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import signal
