@@ -33,6 +33,9 @@ from tests.pod_scenario_test import (
     statuses,
     wait_for,
 )
+from tests.pod_scenario_test import (
+    test_claim_release_hotplug_hang_roll_capture_with_no_403 as claim_hotplug_hang_roll,
+)
 
 # vfs copies each image per container created (the weston and capture images are 600 MB):
 # minutes on a busy 2-core machine.
@@ -159,3 +162,9 @@ def test_the_pod_from_its_images(node: pod_node.PodNode) -> None:
             print("last answer:", answers[-1][0], answers[-1][1][:300])
     assert answers[-1][1].startswith(PNG)
     assert denials(node) == []
+
+
+def test_claim_hotplug_hang_and_roll_from_the_images(node: pod_node.PodNode) -> None:
+    """The pod-runner scenario's claim with a mode, release, hotplug, hang (counted on the
+    sidecar's status and in the operator's crash metric), roll and captures, under podman."""
+    claim_hotplug_hang_roll(node)

@@ -27,6 +27,7 @@ import yaml
 from libdisplay.wayland import list_outputs
 from simnode import card, report
 from simnode.api import DISPLAYS
+from simnode.commands import host_pid
 from simnode.pod import control, images
 from simnode.pod import node as pod_node
 from simnode.pod.manifest import load_documents
@@ -209,7 +210,8 @@ def test_claim_release_hotplug_hang_roll_capture_with_no_403(node: pod_node.PodN
     # Hang: the watchdog SIGKILLs the stopped compositor; westonctl exits on the unordered
     # exit, and the kubelet counts the crash on the sidecar's status.
     pid_file = node.pod.volumes.source("weston-config") / "weston.pid"
-    weston = int(pid_file.read_text())
+    # The pid weston wrote is its pod namespace's: the host's under bubblewrap, not under podman.
+    weston = host_pid(int(pid_file.read_text()), "weston")
     os.kill(weston, signal.SIGSTOP)
     wait_for(lambda: statuses(node, "initContainerStatuses")["weston"]["restartCount"] >= 1,
              what="initContainerStatuses[weston].restartCount 1")
