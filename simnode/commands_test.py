@@ -42,7 +42,8 @@ def test_a_pid_from_a_pods_namespace_is_found_on_the_host() -> None:
                         raise
                     time.sleep(0.05)
             assert found != 1
-            status = Path(f"/proc/{found}/status").read_text()
-            assert "NSpid:" in status and status.split("NSpid:")[1].split()[-1] == "1"
+            lines = Path(f"/proc/{found}/status").read_text().splitlines()
+            nspid = next(line.split()[1:] for line in lines if line.startswith("NSpid:"))
+            assert len(nspid) >= 2 and nspid[-1] == "1", nspid
         finally:
             child.kill()  # --kill-child: the namespace's sleep dies with unshare
