@@ -13,9 +13,18 @@ import pytest
 from simnode.commands import host_pid
 
 
+def _exec_done(pid: int, comm: str) -> None:
+    """Until the forked child has exec'd `comm` (its comm is the parent's before that)."""
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}/comm").read_text().strip() != comm:
+        assert time.monotonic() < deadline, f"pid {pid} never ran {comm}"
+        time.sleep(0.02)
+
+
 def test_a_pid_in_the_hosts_namespace_is_itself() -> None:
     with subprocess.Popen(["sleep", "60"]) as child:
         try:
+            _exec_done(child.pid, "sleep")
             assert host_pid(child.pid, "sleep") == child.pid
         finally:
             child.kill()
