@@ -12,12 +12,14 @@ from typing import Any, TypeVar
 
 import click
 
+from draplugin import options
 from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
 from libdisplay.cli import (
     binary_group,
     dev_root_option,
     output_alias_option,
     output_aliases,
+    runtime_dir_option,
     shell_option,
     sysfs_root_option,
 )
@@ -25,26 +27,6 @@ from libdisplay.kubecli import api_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")
-
-
-def _path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
-    return click.option(
-        flag,
-        envvar=envvar,
-        default=default,
-        show_default=True,
-        type=click.Path(path_type=Path),
-        help=f"{help_text} (env {envvar}).",
-    )
-
-
-_plugin_dir = _path_option(
-    "--plugin-dir",
-    "PLUGIN_DIR",
-    "/var/lib/kubelet/plugins/display.liken.sh",
-    "The plugin's dir: dra.sock and the checkpoint",
-)
-_cdi_dir = _path_option("--cdi-root", "CDI_ROOT", "/var/run/cdi", "Where CDI specs go")
 
 
 cli = binary_group("draplugin", "Publish this node's monitors and prepare them for claiming pods.")
@@ -57,58 +39,32 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     required=True,
     help="This node's name: the pool and the Displays' prefix (env NODE_NAME).",
 )
-@_plugin_dir
-@_path_option(
+@options.plugin_dir
+@options.path_option(
     "--registry-dir",
     "REGISTRY_DIR",
     "/var/lib/kubelet/plugins_registry",
     "The kubelet's plugin registry dir",
 )
-@_cdi_dir
-@_path_option(
-    "--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini", "The weston.ini to regenerate"
-)
-@_path_option(
+@options.cdi_dir
+@options.weston_config
+@options.path_option(
     "--restarts-dir", "WESTON_RESTARTS_DIR", "/etc/weston/restarts", "Where restart orders go"
 )
-@_path_option(
+@options.path_option(
     "--pid-file",
     "WESTON_PID_FILE",
     "/etc/weston/weston.pid",
     "weston's pid, as westonctl writes it",
 )
-@_path_option(
-    "--runtime-dir",
-    "WESTON_RUNTIME_DIR",
-    "/var/run/display.liken.sh",
-    "The compositor's socket dir on the host, which CDI specs mount",
-)
-@_path_option(
-    "--container-runtime-dir",
-    "CONTAINER_RUNTIME_DIR",
-    "/var/run/display.liken.sh",
-    "Where consumers' containers see that dir",
-)
-@click.option(
-    "--socket",
-    envvar="WESTON_SOCKET",
-    default="wayland-0",
-    show_default=True,
-    help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).",
-)
+@runtime_dir_option
+@options.container_runtime_dir
+@options.socket
 @sysfs_root_option
 @dev_root_option
 @output_alias_option
 @shell_option
-@click.option(
-    "--delivery",
-    envvar="SOCKET_DELIVERY",
-    type=click.Choice(["layout", "shared"]),  # settings.DeliveryKind
-    default="layout",
-    show_default=True,
-    help="How a claim gets its Wayland socket: its own from the layout module, mounted alone, "
-    "or the compositor's public one (a stock shell, tests) (env SOCKET_DELIVERY).",
-)
+@options.delivery
 @click.option(
     "--restart-timeout",
     envvar="RESTART_TIMEOUT",
@@ -310,7 +266,7 @@ def _start_publisher(settings: Any, *, metrics_addr: str,
 
 
 @cli.command("checkpoint")
-@_plugin_dir
+@options.plugin_dir
 def checkpoint_cmd(plugin_dir: Path) -> None:
     """Print the checkpoint of prepared claims (read-only)."""
     from draplugin import checkpoint
@@ -322,7 +278,7 @@ def checkpoint_cmd(plugin_dir: Path) -> None:
 
 
 @cli.command("cdi")
-@_cdi_dir
+@options.cdi_dir
 def cdi_cmd(cdi_root: Path) -> None:
     """List the claim UIDs that have a CDI spec of this driver (read-only)."""
     from libdisplay import cdi

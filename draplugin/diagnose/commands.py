@@ -15,21 +15,18 @@ from typing import Any, TypeVar
 
 import click
 
+from draplugin import options
 from libdisplay.cli import (
     dev_root_option,
     output_alias_option,
     output_aliases,
+    runtime_dir_option,
     shell_option,
     sysfs_root_option,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin.diagnose")
-
-
-def _path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
-    return click.option(flag, envvar=envvar, default=default, show_default=True,
-                        type=click.Path(path_type=Path), help=f"{help_text} (env {envvar}).")
 
 
 def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -49,21 +46,12 @@ _operator_options = _compose(
     dev_root_option,
     output_alias_option,
     shell_option,
-    _path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
-                 "The weston.ini the operator regenerates; its layout sockets sit beside it"),
-    _path_option("--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
-                 "The plugin's dir: its checkpoint holds the prepared claims' modes (read "
-                 "when present)"),
-    _path_option("--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
-                 "The compositor's socket dir on the host, which CDI specs mount"),
-    _path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR",
-                 "/var/run/display.liken.sh", "Where consumers' containers see that dir"),
-    click.option("--socket", envvar="WESTON_SOCKET", default="wayland-0", show_default=True,
-                 help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET)."),
-    click.option("--delivery", envvar="SOCKET_DELIVERY",
-                 type=click.Choice(["layout", "shared"]), default="layout", show_default=True,
-                 help="How a claim gets its Wayland socket, as the operator's --delivery "
-                 "(env SOCKET_DELIVERY)."),
+    options.weston_config,
+    options.plugin_dir,
+    runtime_dir_option,
+    options.container_runtime_dir,
+    options.socket,
+    options.delivery,
     click.option("--displays", "display_files", multiple=True,
                  type=click.Path(dir_okay=False, path_type=Path),
                  help="A file of Display objects (kubectl get displays -o yaml), standing for "

@@ -1,0 +1,36 @@
+"""The operator's flags that its diagnosis subcommands share: one definition each, so the
+flag, its environment variable and its default (the contract with the manifest) cannot drift
+between `operator` and `dry-run`. Imports click alone: every `--help` goes through here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
+    return click.option(flag, envvar=envvar, default=default, show_default=True,
+                        type=click.Path(path_type=Path), help=f"{help_text} (env {envvar}).")
+
+
+plugin_dir = path_option("--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
+                         "The plugin's dir: dra.sock and the checkpoint")
+cdi_dir = path_option("--cdi-root", "CDI_ROOT", "/var/run/cdi", "Where CDI specs go")
+weston_config = path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
+                            "The weston.ini the operator regenerates")
+container_runtime_dir = path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR",
+                                    "/var/run/display.liken.sh",
+                                    "Where consumers' containers see the runtime dir")
+socket = click.option("--socket", envvar="WESTON_SOCKET", default="wayland-0",
+                      show_default=True,
+                      help="The Wayland socket's name in the runtime dir (env WESTON_SOCKET).")
+delivery = click.option(
+    "--delivery", envvar="SOCKET_DELIVERY", type=click.Choice(["layout", "shared"]),
+    default="layout", show_default=True,
+    help="How a claim gets its Wayland socket: its own from the layout module, mounted alone, "
+    "or the compositor's public one (a stock shell, tests) (env SOCKET_DELIVERY).")
