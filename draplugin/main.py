@@ -201,6 +201,7 @@ def operator(**options: Any) -> None:
         raise click.ClickException(f"{err}; fix or move it by hand") from err
     if node is not None:
         node.runtime.add_availability_listener(_restore_when_back(driver))
+        node.runtime.follow_connectors_with(driver.follow_connectors)
     server = PluginServer(settings, driver, health=node.health if node else None)
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -15,11 +15,13 @@ Where each fact lives, once:
   monitor's preferred mode, field by field for transform and scale; a claim's `preferred`
   overrides `spec.mode` (`libdisplay.outputs.choose`). `weston.ini` is that derivation
   written out. declare writes it at pod start from the Displays alone (it cannot read the
-  checkpoint); the operator rewrites it from the checkpoint and the Displays at its own start
-  and at each prepare or unprepare that states output fields, and restarts the compositor
-  when the text changed. So a new pod sets each mode once, except an output a claim holds
-  across the roll: weston starts at its Display's mode and the operator's start-up orders the
-  one restart that puts the claim's mode back. A machine that comes up with no claim left
+  checkpoint); the operator rewrites it from the checkpoint and the Displays at its own start,
+  at each prepare or unprepare that states output fields, and after each connector change the
+  slice published (`Driver.follow_connectors`: a monitor plugged in after start gets its
+  claim's or Display's mode), and restarts the compositor when the text changed. So a new
+  pod sets each mode once, except an output a claim holds across the roll: weston starts at
+  its Display's mode and the operator's start-up orders the one restart that puts the
+  claim's mode back. A machine that comes up with no claim left
   runs every screen at its Display's `spec.mode`, or at the mode its monitor prefers.
 
 A rewrite of weston.ini and the restart that applies it are two steps: a marker beside

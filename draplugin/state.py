@@ -346,6 +346,18 @@ class Driver:
             # The new compositor's module holds no claim's socket.
             self._restore_sockets()
 
+    def follow_connectors(self) -> bool:
+        """weston.ini for the connectors connected now, and the restart when it changed: a
+        monitor plugged in after start gets its claim's or Display's mode, one pulled out
+        leaves its output's section. False when that failed (logged); the caller retries."""
+        with self._lock:
+            try:
+                self._apply_modes(reason="the card's connectors changed")
+            except _FAILURES as err:
+                log.error("cannot follow the connectors' change yet: %s", err)
+                return False
+            return True
+
     # --- unprepare -------------------------------------------------------------------------
 
     def _unprepare(self, uid: str) -> None:

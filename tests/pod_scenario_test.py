@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from libdisplay.modes import Mode
 from libdisplay.wayland import list_outputs
 from simnode import card, report
 from simnode.api import DISPLAYS
@@ -203,9 +204,16 @@ def test_claim_release_hotplug_hang_roll_capture_with_no_403(node: pod_node.PodN
     assert operator is not None
     os.kill(operator, signal.SIGHUP)
     wait_for(lambda: third.device not in slice_devices(node), what="the slice without it")
+    # While it is out, a person states its mode: plugged in again, it comes up at that mode
+    # (the operator derives weston.ini again after the connector change), not its preferred.
+    assert third.modes[0] != Mode(1280, 720, 60000) and Mode(1280, 720, 60000) in third.modes
+    node.control.person.patch(DISPLAYS, f"{NODE}.{third.device}",
+                              {"spec": {"mode": "1280x720@60", "scale": 1}})
     card.plug(node.config.host, third, connected=True)
     os.kill(operator, signal.SIGHUP)
     wait_for(lambda: third.device in slice_devices(node), what="the slice with it again")
+    wait_for(lambda: _size_of(node, third.output) == (1280, 720),
+             what=f"{third.output} plugged in again at its Display's spec.mode 1280x720")
 
     # Hang: the watchdog SIGKILLs the stopped compositor; westonctl exits on the unordered
     # exit, and the kubelet counts the crash on the sidecar's status.

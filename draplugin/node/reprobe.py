@@ -30,6 +30,13 @@ count stays put). The new weston takes master and probes every connector, which 
 sysfs; once it answers, `Hotplug` reads sysfs again and publishes that second read only — the
 one that is right on virtio-gpu; elsewhere it finds what the first found. The uevent the
 probe itself may raise finds sysfs unchanged and the outputs matching, so it restarts nothing.
+
+The mode a plugged monitor runs at is a second step, after that read is published: the driver
+derives weston.ini again for the connectors now connected (`Driver.follow_connectors`) and
+restarts the compositor once more if the text changed. On a GPU that re-detects before the
+uevent the first restart already had the right connectors, but weston.ini is derived only
+from a read that is known to be right; on virtio-gpu it is the only correct one. So a plug
+or unplug costs up to two restarts there: the re-probe, then the new modes.
 """
 
 from __future__ import annotations

@@ -105,6 +105,8 @@ class NodeRuntime:
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
+        self._follow: Callable[[], bool] | None = None
+        self._connectors_due = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what the plugin side uses ---------------------------------------------------------------
@@ -159,6 +161,13 @@ class NodeRuntime:
         if state is not None:
             self._observed.ddc[device] = ddcmap.applied(state, config)
 
+    def follow_connectors_with(self, follow: Callable[[], bool]) -> None:
+        """After each connector change the slice published, call `follow()` (blocking, on a
+        worker thread): the driver derives weston.ini again, so a monitor plugged in after
+        start comes up at its claim's or Display's mode. False means "not yet" (the API or
+        the compositor failed): it is called again after a backoff."""
+        self._follow = follow
+
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
         """The claims holding devices now (device name → claim), for the Display status;
         written at the next reconcile (call `refresh()` to write now)."""
@@ -199,6 +208,7 @@ class NodeRuntime:
                 group.create_task(self.hotplug.run())
                 group.create_task(self.watchdog.run())
                 group.create_task(self._display_loop())
+                group.create_task(self._follow_loop())
                 group.create_task(self.displays.watch(lambda _name: self._displays_due.set()))
                 if self.config.pod is not None:
                     group.create_task(self._poll_restarts(*self.config.pod))
@@ -227,6 +237,7 @@ class NodeRuntime:
         await self._publish(cards)
         if changes.added or changes.swapped:
             self._probe_ddc_later(cards)
+        self._connectors_due.set()
 
     async def _publish(self, cards: tuple[drm.Card, ...]) -> None:
         connected = sum(c.connected for card in cards for c in card.connectors)
@@ -248,6 +259,21 @@ class NodeRuntime:
             self._displays_due.clear()
             if self.hotplug is not None:
                 await self._reconcile_displays(self.hotplug.cards)
+
+    async def _follow_loop(self) -> None:
+        attempt = 0
+        while True:
+            await self._connectors_due.wait()
+            self._connectors_due.clear()
+            if self._follow is None or await asyncio.to_thread(self._follow):
+                attempt = 0
+                continue
+            delay = self.config.backoff.delay(attempt)
+            attempt += 1
+            log.warning("the compositor's outputs do not follow the connectors yet; "
+                        "trying again in %.1f s", delay)
+            await asyncio.sleep(delay)
+            self._connectors_due.set()
 
     async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> None:
         outputs = await self._outputs(cards) if self.compositor_available else {}

@@ -69,6 +69,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     )))
     pid_file = tmp_path / "weston.pid"
     heard: list[watchdog.Availability] = []
+    followed: list[int] = []
     with FakeKube() as fake, weston.headless(renderer="noop") as w:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
@@ -79,11 +80,17 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
             watchdog_interval=0.1, probe_timeout=0.5, aliases={"HDMI-A-1": "headless"})
         source = hotplug.QueueEvents()
 
+        def follow() -> bool:
+            """The driver's follow-up of a connector change: "not yet" once, then done."""
+            followed.append(len(followed))
+            return len(followed) > 1
+
         async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any]]:
             client = async_client(fake.url)
             node = runtime.NodeRuntime(client, config, source=source,
                                        buses=_buses({3: SimulatedMonitor(capabilities=CAPS)}))
             node.add_availability_listener(heard.append)
+            node.follow_connectors_with(follow)
             task = asyncio.create_task(node.run())
             try:
                 await _until(lambda: any(
@@ -109,6 +116,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
                 source.inject()
                 await _until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
+                await _until(lambda: len(followed) == 2, "the change followed, once retried")
                 w.process.send_signal(signal.SIGSTOP)
                 await _until(lambda: all(d.get("taints") for d in _devices(fake)),
                              "every device is tainted")
@@ -126,6 +134,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         assert running["currentTransform"] == "normal" and running["currentScale"] == 1
         assert _display_status(fake, "card0-hdmi-a-1")["ddc"]["supported"] is True
     assert [a.available for a in heard] == [True, False]
+    assert followed == [0, 1]  # only the plug was a connector change
     text = node.metrics.exposition().decode()
     assert "display_watchdog_kills_total 1.0" in text
     assert "display_connected_outputs 2.0" in text
