@@ -25,7 +25,7 @@ from typing import Final
 import pytest
 
 from capture import auth, testing
-from capture.server import NOT_FOUND, UNAVAILABLE
+from capture.server import NO_OUTPUT_ALLOWED, NOT_FOUND, UNAVAILABLE
 from capture.testing import FakeCompositor, Server
 from fakekube.server import FakeKube
 
@@ -301,13 +301,22 @@ def test_a_token_for_the_api_server_is_no_token_for_captures(srv: Server) -> Non
     assert b"display-capture" in body
 
 
-@pytest.mark.parametrize("path", ["/api/v1/outputs/X2/still.png", "/api/v1/outputs/X1/still.png",
-                                  "/api/v1/outputs/X1/clip.mp4"])
+@pytest.mark.parametrize("path", ["/api/v1/outputs/X2/still.png", "/api/v1/outputs/X2/clip.mp4"])
 def test_no_such_output_and_not_allowed_answer_alike(srv: Server, path: str) -> None:
-    unknown = srv.get("/api/v1/outputs/X9/still.png", token="bob-token")
-    denied = srv.get(path, token="bob-token")
+    """alice may capture X1 only: X2 answers as an output that does not exist."""
+    unknown = srv.get("/api/v1/outputs/X9/still.png", token="alice-token")
+    denied = srv.get(path, token="alice-token")
     assert (denied[0], denied[2]) == (unknown[0], unknown[2]) == (404, json.dumps(
         {"error": NOT_FOUND}).encode())
+
+
+@pytest.mark.parametrize("path", ["/api/v1/outputs/X2/still.png", "/api/v1/outputs/X1/still.png",
+                                  "/api/v1/outputs/X1/clip.mp4", "/api/v1/outputs/X9/still.png"])
+def test_a_caller_who_may_capture_nothing_gets_one_403_for_every_path(
+        srv: Server, path: str) -> None:
+    """bob may capture no output: 403, the same body for real and unknown outputs."""
+    denied = srv.get(path, token="bob-token")
+    assert (denied[0], denied[2]) == (403, json.dumps({"error": NO_OUTPUT_ALLOWED}).encode())
 
 
 def test_unknown_tokens_are_reviewed_at_a_bounded_rate_per_address(

@@ -4,8 +4,9 @@ Every capture endpoint authenticates the bearer token (TokenReview; an address m
 few reviews a second for tokens not already known good, 429 past that), finds the output among
 the `[output]` sections of weston.ini, authorizes `get displays/capture` on its Display
 (SubjectAccessReview) and answers 404 alike for an output that does not exist (path tricks
-included) and one the caller may not capture, so outputs cannot be enumerated; it checks the
-request, and only then
+included) and one the caller may not capture, so outputs cannot be enumerated. A caller who
+may capture no output of this node gets 403 for every path, real or not, naming no Display:
+it learns only what RBAC already told it. It checks the request, and only then
 takes one of the encode slots: past `max_encodes` the answer is 429 with Retry-After, so the
 ffmpeg processes this container runs stay inside its memory limit. Frames are asked for within
 1080p (`encode.MAX_SIDE`): the layout module shrinks a larger output by an integer factor (4K
@@ -31,7 +32,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -71,6 +72,7 @@ _CHUNK: Final = 65536
 _CLIP_SLACK_S: Final = 20.0
 _HEALTH_TIMEOUT_S: Final = 1.0
 NOT_FOUND: Final = "no such output, or not one you may capture"
+NO_OUTPUT_ALLOWED: Final = "you may capture no output of this node"
 UNAVAILABLE: Final = "the API server cannot review requests now; retry later"
 # What an unknown output is authorized against, so it costs what a real one does.
 _NO_OUTPUT_DEVICE: Final = "no-such-output"
@@ -238,13 +240,16 @@ class State:
         an output that does not exist and one the caller may not see."""
         try:
             user = await self.user(request)
-            output = read_outputs(self.settings).get(request.match_info.get("output", ""))
+            known = read_outputs(self.settings)
+            output = known.get(request.match_info.get("output", ""))
             display = output.display if output else display_name(
                 self.settings.node_name, _NO_OUTPUT_DEVICE)
             try:
                 await self.reviewer.authorize(user, display)
             except ForbiddenError:
                 self.metrics.reviews.labels(result="forbidden").inc()
+                if not await self._may_capture_any(user, known.values()):
+                    raise RefusalError(_error(403, NO_OUTPUT_ALLOWED)) from None
                 output = None
             if output is None:
                 raise RefusalError(_error(404, NOT_FOUND))
@@ -252,6 +257,15 @@ class State:
             raise self.refusal(exc) from exc
         self.metrics.reviews.labels(result="ok").inc()
         return output
+
+    async def _may_capture_any(self, user: User, outputs: Iterable[Output]) -> bool:
+        for output in outputs:
+            try:
+                await self.reviewer.authorize(user, output.display)
+            except ForbiddenError:
+                continue
+            return True
+        return False
 
     def refusal(self, exc: AuthError) -> RefusalError:
         """The answer to a failed review: a 503's cause goes to the log, not the caller."""

@@ -142,7 +142,8 @@ def test_metrics_pass_promtool(srv: Server) -> None:
     [
         ("/api/v1/outputs/X1/still.png", None, 401),
         ("/api/v1/outputs/X1/still.png", "nobody-token", 401),
-        ("/api/v1/outputs/X1/still.png", "bob-token", 404),
+        ("/api/v1/outputs/X1/still.png", "bob-token", 403),
+        ("/api/v1/outputs/X9/still.png", "bob-token", 403),
         ("/api/v1/outputs/X2/still.png", "alice-token", 404),
         ("/api/v1/outputs/X2/clip.mp4", "alice-token", 404),
         ("/api/v1/outputs", None, 401),
@@ -151,7 +152,8 @@ def test_metrics_pass_promtool(srv: Server) -> None:
     ids=[
         "no-token",
         "unknown-token",
-        "bob-denied",
+        "bob-may-capture-nothing",
+        "bob-unknown-output-alike",
         "alice-other-display",
         "clip-denied",
         "list-no-token",
