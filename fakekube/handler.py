@@ -2,7 +2,8 @@
 `http.server` (HTTP/1.1, keep-alive, one thread per connection).
 
 Paths: `/api/v1/...` (core) and `/apis/{group}/{version}/...`, each either
-`[namespaces/{ns}/]{plural}[/{name}[/status]]` or the deprecated `watch/` prefixed form.
+`[namespaces/{ns}/]{plural}[/{name}[/status]]` (`/token` for a ServiceAccount, the TokenRequest
+API) or the deprecated `watch/` prefixed form.
 A watch (`?watch=true`, what lightkube sends, or a `watch/` path) answers 200 with a chunked
 stream of newline-delimited JSON events; an expired resourceVersion is an ERROR event carrying a
 410 Status inside that stream, as the apiserver sends it.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
-from fakekube import admin, patch, status
+from fakekube import admin, patch, status, tokenrequest
 from fakekube.faults import RequestRecord
 from fakekube.rest import Reply, Target
 from fakekube.store import Closed, Watcher
@@ -71,8 +72,9 @@ def resolve(fake: FakeKube, path: str) -> Route:
         raise status.no_route()
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
-    if (sub is not None and (sub != "status" or not kind.status_subresource)) or (
-            kind.namespaced and name is not None and namespace is None):
+    served = (sub is None or (sub == "status" and kind.status_subresource)
+              or (sub == tokenrequest.SUBRESOURCE and kind.key == tokenrequest.SERVICE_ACCOUNTS))
+    if not served or (kind.namespaced and name is not None and namespace is None):
         raise status.no_route()
     return Route(Target(kind, version, namespace, name, sub), watch)
 
@@ -181,6 +183,12 @@ class Handler(BaseHTTPRequestHandler):
         content_type = patch.media_type(self.headers.get("Content-Type"))
         if method in ("POST", "PUT") and content_type not in patch.BODY_TYPES:
             raise status.unsupported_media_type(content_type, patch.BODY_TYPES)
+        if t.subresource == tokenrequest.SUBRESOURCE:
+            if method != "POST" or t.name is None:
+                raise status.method_not_allowed()
+            body = tokenrequest.create(self.fake, t.ns, t.name,
+                                       patch.decode_object(raw, content_type))
+            return Reply(201, body)
         if t.name is None:
             if method == "GET":
                 return api.list_objects(t, params)

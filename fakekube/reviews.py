@@ -15,6 +15,7 @@ audiences and the asked-for ones meet, and `status.audiences` is where they meet
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ class Identity:
     uid: str = ""
     groups: tuple[str, ...] = ()
     audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
+    expires_at: float | None = None
+    """Seconds since the epoch after which the token no longer authenticates (None: never)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +78,13 @@ class Policy:
 
     def add_token(self, token: str, username: str, *, uid: str = "",
                   groups: tuple[str, ...] = (),
-                  audiences: tuple[str, ...] | None = None) -> None:
-        """A token issued for `audiences` (the API server's own when None)."""
+                  audiences: tuple[str, ...] | None = None,
+                  expires_at: float | None = None) -> None:
+        """A token issued for `audiences` (the API server's own when None), valid until
+        `expires_at` (seconds since the epoch; None: for ever)."""
         with self._lock:
             self._tokens[token] = Identity(username, uid, groups,
-                                           audiences or self.api_audiences)
+                                           audiences or self.api_audiences, expires_at)
 
     def allow(self, verb: str, resource: str, *, user: str | None = None,
               group: str | None = None, api_group: str = "", subresource: str = "",
@@ -91,8 +96,12 @@ class Policy:
                                     namespace, name))
 
     def identity(self, token: str) -> Identity | None:
+        """Who the token is, or None for a token never issued or expired."""
         with self._lock:
-            return self._tokens.get(token)
+            who = self._tokens.get(token)
+        if who is not None and who.expires_at is not None and time.time() >= who.expires_at:
+            return None
+        return who
 
     def allowed(self, user: str, groups: tuple[str, ...], attrs: JsonObject) -> bool:
         with self._lock:

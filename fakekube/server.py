@@ -41,7 +41,8 @@ Known gaps (a test that needs one of these needs a real cluster):
   invalidation when the ServiceAccount goes.
 - No discovery (`/api`, `/apis`, OpenAPI): lightkube does not need it; kubectl does.
 - Only the kinds in `fakekube.kinds.BUILTIN_KINDS` plus registered CRDs are served; no
-  subresources but `status` (no pod logs, exec, binding, eviction, scale).
+  subresources but `status` and ServiceAccounts' `token` (`fakekube.tokenrequest`; no pod
+  logs, exec, binding, eviction, scale).
 - Custom resources of several versions share one stored object (conversion `None`); no webhooks.
 - Deletion is immediate: no graceful pod termination, namespaces are not Terminating while their
   objects go, owner references are collected at once (background only; foreground and
@@ -66,7 +67,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fakekube import bootstrap, dra
+from fakekube import bootstrap, dra, tokenrequest
 from fakekube.faults import FaultCode, Faults, OutageKind, RequestLog, RequestRecord
 from fakekube.guard import Denial, Denials, Guard
 from fakekube.handler import Handler
@@ -155,7 +156,8 @@ class FakeKube:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, kube_version: str = "1.34",
                  device_taints: bool = True, history_limit: int = 100_000, tls: bool = False,
-                 authorize: bool = False) -> None:
+                 authorize: bool = False,
+                 token_min_expiration_s: int = tokenrequest.MIN_EXPIRATION_S) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
         self.policy = Policy()
@@ -164,6 +166,9 @@ class FakeKube:
         self.api = Api(self.store, self.registry, self.policy,
                        Options(kube_version, device_taints))
         self._denials = Denials()
+        # The apiserver's floor for a TokenRequest's expirationSeconds; a test lowers it to
+        # watch a token expire.
+        self.token_min_expiration_s = token_min_expiration_s
         self.guard: Guard | None = None
         if authorize:
             authorizer = Authorizer(self.store)
@@ -229,9 +234,12 @@ class FakeKube:
         return token
 
     def service_account_token(self, namespace: str, name: str, *,
-                              audiences: tuple[str, ...] | list[str] | None = None) -> str:
+                              audiences: tuple[str, ...] | list[str] | None = None,
+                              expires_at: float | None = None) -> str:
         """A new token for ServiceAccount `namespace/name`, issued for `audiences` (the API
-        server's own when None), with the identity the apiserver gives such a token."""
+        server's own when None), with the identity the apiserver gives such a token, valid
+        until `expires_at` (seconds since the epoch; None: for ever). Over HTTP the TokenRequest
+        API issues these (`fakekube.tokenrequest`)."""
         for what, value in (("namespace", namespace), ("name", name)):
             if not dra.is_dns_subdomain(value):
                 raise ValueError(f"service_account_token: {what} {value!r} is not a valid name")
@@ -242,7 +250,7 @@ class FakeKube:
             uid=str(((account or {}).get("metadata") or {}).get("uid") or ""),
             groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                     AUTHENTICATED),
-            audiences=tuple(audiences) if audiences else None)
+            audiences=tuple(audiences) if audiences else None, expires_at=expires_at)
         return token
 
     def denials(self) -> list[Denial]:
