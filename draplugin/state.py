@@ -6,10 +6,10 @@ Every step that writes is followed by a named fault point, so a test can kill th
 ends with no leaked CDI spec or claim socket, no lost claim, and a compositor config that
 matches the checkpoint. The order:
 
-prepare: a plan without side effects for the whole claim (claim, allocation, devices now in
-sysfs, every device's config against its monitor, DDC/CI settings against its bus) ->
-checkpoint `started`, holding the claim's config -> DDC/CI settings -> weston.ini from the
-checkpoint and the Displays, and restart (`draplugin.modes`) -> the claim's sockets
+prepare: a plan without side effects for the whole claim (`plan_claim`: claim, allocation,
+devices now in sysfs, every device's config against its monitor, DDC/CI settings against its
+bus) -> checkpoint `started`, holding the claim's config -> DDC/CI settings -> weston.ini from
+the checkpoint and the Displays, and restart (`draplugin.modes`) -> the claim's sockets
 (`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. A claim whose plan fails has
 nothing written. The CDI spec comes after every step that can fail for the compositor's sake
 (restart, socket), so a claim that fails there has no spec and stays `started` until the
@@ -148,13 +148,87 @@ class Prepared:
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
-    """A checked claim, ready to write."""
+class ClaimPlan:
+    """A checked claim, ready to write: its checkpoint entry (state `started`), the outputs
+    its sockets and CDI spec name, whether it states a mode, and its DDC/CI settings."""
 
     entry: ClaimEntry
     outputs: tuple[ClaimedOutput, ...]
     states_output: bool
     ddc: tuple[DdcPlan, ...]
+
+
+def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -> ClaimPlan:
+    """Prepare's first step, which writes nothing: the claim as the API has it now, its
+    allocation in this node's pool, each device's monitor connected in sysfs, its config
+    checked against the monitor's modes and `ddc`'s plan. PrepareError, AllocationError or
+    ClaimConfigError when the claim cannot be prepared; KubeError when the API fails."""
+    claim = kube.get_claim(ref.namespace, ref.name)
+    if claim is None:
+        raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} not found")
+    uid = (claim.get("metadata") or {}).get("uid")
+    if uid != ref.uid:
+        raise PrepareError(
+            f"ResourceClaim {ref.namespace}/{ref.name} has uid {uid}, not {ref.uid}: "
+            "it was replaced"
+        )
+    allocated = allocated_devices(claim, pool=settings.node_name)
+    connectors = _connectors(settings)
+    prepared, outputs, configs, ddc_plans = [], [], {}, []
+    for device in allocated:
+        connector = connectors.get(device.device)
+        if connector is None or not connector.connected:
+            raise PrepareError(
+                f"device {device.device} has no connected monitor on this node now"
+            )
+        config = _check_config(device, read_monitor(connector))
+        if (ddc_plan := ddc.plan(connector, config)) is not None:
+            ddc_plans.append(ddc_plan)
+        output = settings.aliases.get(connector.output_name, connector.output_name)
+        claimed = ClaimedOutput(device=device.device, output=output)
+        outputs.append(claimed)
+        prepared.append(
+            PreparedDevice(
+                request=device.request_name,
+                pool=device.pool,
+                device=device.device,
+                output=output,
+                cdi_ids=cdi.device_ids(ref.uid, (claimed,)),
+            )
+        )
+        configs[device.device] = config
+    entry = ClaimEntry(
+        uid=ref.uid,
+        name=ref.name,
+        namespace=ref.namespace,
+        state="started",
+        devices=tuple(prepared),
+        config={d: c.to_json() for d, c in configs.items()},
+    )
+    return ClaimPlan(entry=entry, outputs=tuple(outputs),
+                     states_output=any(c.states_output for c in configs.values()),
+                     ddc=tuple(ddc_plans))
+
+
+def _connectors(settings: Settings) -> dict[str, drm.Connector]:
+    cards = drm.enumerate_cards(sysfs_root=settings.sysfs_root, dev_root=settings.dev_root)
+    return {c.device_name: c for card in cards for c in card.connectors}
+
+
+def _check_config(device: AllocatedDevice, monitor: Monitor) -> DisplayConfig:
+    """The device's config, with `mode` checked against what the monitor offers."""
+    config = device.config
+    if config.mode == "preferred" or not isinstance(config.mode, Mode):
+        return config
+    try:
+        check_output_mode(config.mode, monitor.offered, output=monitor.connector.output_name)
+    except WestonIniError as err:
+        offered = ", ".join(str(m) for m in monitor.offered) or "none"
+        raise ClaimConfigError(
+            f"field 'mode' value '{config.mode}': monitor {monitor.label} of device "
+            f"{device.device} does not offer it (offers {offered})"
+        ) from err
+    return config
 
 
 class Driver:
@@ -255,7 +329,7 @@ class Driver:
             self._ensure_cdi(known)
             log.info("claim %s/%s (%s) was prepared already", ref.namespace, ref.name, ref.uid)
             return known.devices
-        plan = self._plan(ref)
+        plan = plan_claim(self._settings, self._kube, ref, ddc=self._ddc)
         self._save(current.with_claim(plan.entry))
         self._fault("prepare-started")
         for ddc in plan.ddc:
@@ -273,68 +347,6 @@ class Driver:
         log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(f"{d.device} ({d.output})" for d in plan.entry.devices))
         return plan.entry.devices
-
-    def _plan(self, ref: ClaimRef) -> _Plan:
-        claim = self._kube.get_claim(ref.namespace, ref.name)
-        if claim is None:
-            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} not found")
-        uid = (claim.get("metadata") or {}).get("uid")
-        if uid != ref.uid:
-            raise PrepareError(
-                f"ResourceClaim {ref.namespace}/{ref.name} has uid {uid}, not {ref.uid}: "
-                "it was replaced"
-            )
-        allocated = allocated_devices(claim, pool=self._settings.node_name)
-        connectors = self._connectors()
-        prepared, outputs, configs, ddc = [], [], {}, []
-        for device in allocated:
-            connector = connectors.get(device.device)
-            if connector is None or not connector.connected:
-                raise PrepareError(
-                    f"device {device.device} has no connected monitor on this node now"
-                )
-            config = self._check_config(device, read_monitor(connector))
-            if (settings := self._ddc.plan(connector, config)) is not None:
-                ddc.append(settings)
-            output = self._settings.aliases.get(connector.output_name, connector.output_name)
-            claimed = ClaimedOutput(device=device.device, output=output)
-            outputs.append(claimed)
-            prepared.append(
-                PreparedDevice(
-                    request=device.request_name,
-                    pool=device.pool,
-                    device=device.device,
-                    output=output,
-                    cdi_ids=cdi.device_ids(ref.uid, (claimed,)),
-                )
-            )
-            configs[device.device] = config
-        entry = ClaimEntry(
-            uid=ref.uid,
-            name=ref.name,
-            namespace=ref.namespace,
-            state="started",
-            devices=tuple(prepared),
-            config={d: c.to_json() for d, c in configs.items()},
-        )
-        return _Plan(entry=entry, outputs=tuple(outputs),
-                     states_output=any(c.states_output for c in configs.values()),
-                     ddc=tuple(ddc))
-
-    def _check_config(self, device: AllocatedDevice, monitor: Monitor) -> DisplayConfig:
-        """The device's config, with `mode` checked against what the monitor offers."""
-        config = device.config
-        if config.mode == "preferred" or not isinstance(config.mode, Mode):
-            return config
-        try:
-            check_output_mode(config.mode, monitor.offered, output=monitor.connector.output_name)
-        except WestonIniError as err:
-            offered = ", ".join(str(m) for m in monitor.offered) or "none"
-            raise ClaimConfigError(
-                f"field 'mode' value '{config.mode}': monitor {monitor.label} of device "
-                f"{device.device} does not offer it (offers {offered})"
-            ) from err
-        return config
 
     def _apply_modes(self, *, reason: str, fault: FaultPoint | None = None) -> None:
         """weston.ini from the checkpoint as it is now, and the restart when it changed."""
@@ -493,12 +505,6 @@ class Driver:
         log.info("rewrote the missing CDI spec of prepared claim %s", entry.uid)
 
     # --- helpers -----------------------------------------------------------------------------
-
-    def _connectors(self) -> dict[str, drm.Connector]:
-        cards = drm.enumerate_cards(
-            sysfs_root=self._settings.sysfs_root, dev_root=self._settings.dev_root
-        )
-        return {c.device_name: c for card in cards for c in card.connectors}
 
     def _load(self) -> Checkpoint:
         return checkpoint.load(self._checkpoint_path)

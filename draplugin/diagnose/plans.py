@@ -150,15 +150,14 @@ def cdi_spec(settings: Settings, kube: FileKube, claim: JsonObject) -> JsonObjec
     allocation in this node's pool, connected monitors, configs, modes offered, DDC/CI settings
     against the monitor's bus); the first failure raises as prepare's would."""
     from draplugin.node import ddcmap
-    from draplugin.state import ClaimRef, Driver
+    from draplugin.state import ClaimRef, plan_claim
 
     ref = ClaimRef(uid=_metadata(claim, "uid", source="the claim"), namespace=_namespace(claim),
                    name=_metadata(claim, "name", source="the claim"))
     # The DDC/CI hook only checks a plan here (no I/O); buses come from the sysfs links.
     hook = ddcmap.ClaimDdc(ddcmap.Buses(dev_root=settings.dev_root), buses=dict)
-    driver = Driver(settings, kube, ddc=hook)
     # The plan is prepare's first step and writes nothing; the spec is what its last step writes.
-    plan = driver._plan(ref)
+    plan = plan_claim(settings, kube, ref, ddc=hook)
     chosen = delivery.from_settings(settings)
     if isinstance(chosen, delivery.LayoutDelivery):
         return chosen.build_spec(ref.uid, plan.outputs)
