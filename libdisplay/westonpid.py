@@ -22,8 +22,10 @@ import os
 from pathlib import Path
 from typing import Final
 
+from libdisplay import procfs
+
 PID_FILE: Final = Path("/etc/weston/weston.pid")
-PROC: Final = Path("/proc")
+PROC: Final = procfs.PROC
 COMPOSITOR_COMM: Final = "weston"
 
 
@@ -41,17 +43,16 @@ def read_weston_pid(pid_file: Path = PID_FILE, *, proc: Path = PROC) -> int:
         raise WestonPidError(f"pid file {pid_file} holds {text!r}, not a pid")
     pid = int(text)
     _check_own_namespace(proc)
-    where = proc / str(pid)
     try:
-        comm = (where / "comm").read_text(encoding="utf-8").strip()
-        namespace = os.readlink(where / "ns" / "pid")
+        comm = procfs.comm(pid, proc=proc)
+        namespace = procfs.pid_namespace(pid, proc=proc)
     except FileNotFoundError as err:
         raise WestonPidError(f"pid {pid} from {pid_file} is not running") from err
     except OSError as err:
         raise WestonPidError(f"pid {pid} from {pid_file} cannot be checked: {err}") from err
     if comm != COMPOSITOR_COMM:
         raise WestonPidError(f"pid {pid} from {pid_file} is {comm!r}, not weston")
-    ours = os.readlink(proc / "self" / "ns" / "pid")
+    ours = procfs.pid_namespace("self", proc=proc)
     if namespace != ours:
         raise WestonPidError(
             f"pid {pid} from {pid_file} is in pid namespace {namespace}, not this one ({ours})")
@@ -68,7 +69,7 @@ def weston_pid(pid_file: Path = PID_FILE, *, proc: Path = PROC) -> int | None:
 
 def _check_own_namespace(proc: Path) -> None:
     try:
-        self_pid = os.readlink(proc / "self")
+        self_pid = procfs.self_pid(proc=proc)
     except OSError as err:
         raise WestonPidError(f"{proc} has no entry for this process: {err}") from err
     if self_pid != str(os.getpid()):

@@ -21,6 +21,7 @@ from typing import Final, TextIO
 
 from fakekube.kubelet import Claim, Kubelet
 from fakekube.testing import resource_claim
+from libdisplay import procfs
 from libdisplay.cdi import DRIVER
 from libdisplay.wayland import WaylandError, list_outputs, probe
 from simnode import card, clients, report
@@ -199,27 +200,18 @@ def hotplug(layout: Layout, device: str, *, connected: bool, out: TextIO) -> Non
           " now (SIGHUP): watch `simnode status`", file=out, flush=True)
 
 
-def _comm(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def host_pid(pid: int, comm: str) -> int:
     """The host's pid of the `comm` process a pid file names: the same pid under bubblewrap
     (the host's pid namespace), the one whose innermost NSpid is `pid` under podman (the pod's
     own namespace, where weston writes its pid file). Never a recycled pid of another program.
     """
-    if _comm(str(pid)) == comm:
-        return pid
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or _comm(entry.name) != comm:
-            continue
+    with contextlib.suppress(OSError):
+        if procfs.comm(pid) == comm:
+            return pid
+    for found in procfs.named(comm):
         with contextlib.suppress(OSError):
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("NSpid:") and line.split()[-1] == str(pid):
-                    return int(entry.name)
+            if procfs.innermost_pid(found) == pid:
+                return found
     raise ValueError(f"no {comm} process has pid {pid}, in this or a pod's pid namespace")
 
 

@@ -1,0 +1,53 @@
+"""What `/proc` says of a process: the program it runs (`comm`), its pid namespace, and its pid
+in the innermost namespace it belongs to (`NSpid`).
+
+Every reader takes the `/proc` to read, so a caller can check it is its own (`self_pid`) and
+tests can hand in a tree of their own. A process can exit between two reads: each function
+raises OSError then (FileNotFoundError once its entry is gone), and `named` skips it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final, Literal
+
+PROC: Final = Path("/proc")
+
+Pid = int | Literal["self"]
+
+
+def comm(pid: Pid, *, proc: Path = PROC) -> str:
+    """The name the kernel gives `pid`: the file it exec'd, cut to 15 bytes."""
+    return (proc / str(pid) / "comm").read_text(encoding="utf-8").strip()
+
+
+def pid_namespace(pid: Pid, *, proc: Path = PROC) -> str:
+    """`pid`'s pid namespace, as the kernel names it (`pid:[4026531836]`)."""
+    return os.readlink(proc / str(pid) / "ns" / "pid")
+
+
+def self_pid(*, proc: Path = PROC) -> str:
+    """What `proc/self` points at: this process's pid when `proc` is of its pid namespace."""
+    return os.readlink(proc / "self")
+
+
+def innermost_pid(pid: int, *, proc: Path = PROC) -> int:
+    """`pid`'s pid in the innermost pid namespace it is in (the last of `NSpid`): its own pid
+    when it shares `proc`'s namespace, else the one its pid file would hold."""
+    for line in (proc / str(pid) / "status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    raise OSError(f"{proc / str(pid) / 'status'} has no NSpid line")
+
+
+def named(name: str, *, proc: Path = PROC) -> Iterator[int]:
+    """The pids in `proc` whose `comm` is `name` now; one that exits meanwhile is skipped."""
+    for entry in proc.iterdir():
+        if not entry.name.isdecimal():
+            continue
+        with contextlib.suppress(OSError):
+            if comm(int(entry.name), proc=proc) == name:
+                yield int(entry.name)
