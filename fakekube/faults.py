@@ -100,12 +100,14 @@ class Faults:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One request as answered: method, path without query, raw query, HTTP status."""
+    """One request as answered: method, path without query, raw query, HTTP status, and who
+    sent it (the authenticated user with `authorize=True`, else "")."""
 
     method: str
     path: str
     query: str
     status: int
+    user: str = ""
 
     def param(self, name: str) -> str | None:
         values = urllib.parse.parse_qs(self.query, keep_blank_values=True).get(name)

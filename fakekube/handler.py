@@ -85,6 +85,7 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes; with Nagle on, delayed ACKs add ~40 ms to
     # every keep-alive request.
     disable_nagle_algorithm = True
+    _user = ""  # who sent the request being answered, for the request log
 
     @property
     def fake(self) -> FakeKube:
@@ -114,6 +115,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _dispatch(self) -> None:
+        self._user = ""  # a keep-alive connection's next request may be someone else's
         url = urllib.parse.urlsplit(self.path)
         params = {k: v[-1] for k, v in
                   urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
@@ -146,10 +148,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorize(self) -> None:
         """Raise the 401/403 failure unless the caller may make this request (always may when
-        the fake does not authorize)."""
+        the fake does not authorize); the caller is kept for the request log."""
         guard = self.fake.guard
         if guard is not None:
-            guard.check(self.command, self.path, self.headers.get("Authorization"))
+            self._user = guard.check(self.command, self.path,
+                                     self.headers.get("Authorization")).username
 
     def _outage(self, query: str) -> bool:
         """Act out the current outage; True when the request is answered (or dropped)."""
@@ -212,7 +215,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _record(self, code: int, query: str) -> None:
         path = urllib.parse.urlsplit(self.path).path
-        self.fake.requests.add(RequestRecord(self.command, path, query, code))
+        self.fake.requests.add(RequestRecord(self.command, path, query, code,
+                                             self._user))
 
     def _send_json(self, code: int, body: JsonObject, *, query: str,
                    headers: dict[str, str] | None = None, warnings: tuple[str, ...] = ()) -> None:

@@ -70,6 +70,8 @@ def test_a_token_of_the_service_account_authorized_as_it(fake: FakeKube) -> None
     assert reply.body["status"]["expirationTimestamp"].endswith("Z")
     token = reply.body["status"]["token"]
     assert call(fake.url, "GET", PODS, token=token).code == 200, "the SA's RBAC allows this"
+    assert [(r.path, r.user) for r in fake.request_log()][-2:] == [
+        (TOKEN, "issuer"), (PODS, "system:serviceaccount:team:robot")], "the log names them"
     denied = call(fake.url, "GET", "/api/v1/nodes", token=token)
     assert denied.code == 403
     assert 'User "system:serviceaccount:team:robot" cannot list' in denied.body["message"]
