@@ -161,9 +161,11 @@ class Api:
         items: list[JsonObject] = self._call("GET", resource, query=query)["items"]
         return items
 
-    def create(self, resource: Resource, obj: JsonObject, *,
-               namespace: str | None = None) -> JsonObject:
-        return self._call("POST", resource, namespace=namespace, body=obj)
+    def create(self, resource: Resource, obj: JsonObject, *, namespace: str | None = None,
+               name: str | None = None, subresource: str | None = None) -> JsonObject:
+        """POST `obj` to the collection, or to an object's `subresource` (`token`)."""
+        return self._call("POST", resource, name=name, namespace=namespace,
+                          subresource=subresource, body=obj)
 
     def patch(self, resource: Resource, name: str, patch: JsonObject, *,
               namespace: str | None = None, subresource: str | None = None) -> JsonObject:

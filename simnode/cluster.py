@@ -1,13 +1,5 @@
-"""The cluster `up` publishes the simulated node into: the fake apiserver it embeds, or a real
-cluster a kubeconfig names, as kwok publishes nodes (for testing scheduling against simulated
-screens).
-
-`Embedded` starts the fake and registers the Display CRD in it. `Remote` installs nothing: it
-checks before anything starts that the kubeconfig is usable, that the API server answers, and
-that it serves `resource.k8s.io/v1` and the Display CRD (else it says to
-`kubectl apply -k deploy/base/cluster`). Both give `up` an `Access` and the flags that point its
-binaries at the same cluster; the binaries read a kubeconfig's current context only, so for
-`--context` `Remote` writes a copy holding just that context, as current, into the state dir.
+"""The simulated node's Node object in its cluster (the embedded fake, or a real cluster a
+kubeconfig names, as kwok publishes nodes, for testing scheduling against simulated screens).
 
 `NodeObject` is the Node the slice belongs to, the same in both: created if missing, labelled
 `display.liken.sh/simulated=true` and tainted `display.liken.sh/simulated=true:NoSchedule` so
@@ -25,27 +17,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final
 
 import yaml
 
-from fakekube.server import FakeKube
-from libdisplay import display, fsutil
 from libdisplay.cdi import DRIVER
-from simnode.api import (
-    DISPLAYS,
-    NODES,
-    RESOURCE_SLICES,
-    Access,
-    Api,
-    ClusterError,
-    JsonObject,
-    KubeconfigUnusableError,
-    StatusError,
-)
+from simnode.api import NODES, RESOURCE_SLICES, Api, ClusterError, JsonObject
 from simnode.state import NODE_LABEL
 
 log = logging.getLogger(__name__)
@@ -56,20 +35,12 @@ NODE_TAINT: Final = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
 HEARTBEAT_S: Final = 10.0
 # What a small node offers, so that pods with resource requests fit on the simulated one.
 ALLOCATABLE: Final = {"cpu": "4", "memory": "8Gi", "pods": "110"}
-APPLY_CRD: Final = "kubectl apply -k deploy/base/cluster"
 # A DNS-1123 subdomain short enough to be the kubernetes.io/hostname label's value too.
 NODE_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 NODE_NAME_MAX: Final = 63
 # The repo's root in a source checkout, or the PEX's site-packages (it carries deploy/).
 _ROOT: Final = Path(__file__).resolve().parents[1]
 DISPLAY_CRD: Final = _ROOT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
-# Fields of a kubeconfig's cluster and user that name files, relative to the kubeconfig.
-_FILE_FIELDS: Final = {"cluster": ("certificate-authority",),
-                       "user": ("client-certificate", "client-key", "tokenFile")}
-
-
-class MissingCrdError(ClusterError):
-    """The cluster does not serve the Display CRD."""
 
 
 class NodeTakenError(ClusterError):
@@ -90,117 +61,6 @@ def display_crd() -> JsonObject:
     with DISPLAY_CRD.open() as f:
         crd: JsonObject = yaml.safe_load(f)
     return crd
-
-
-class Cluster(Protocol):
-    def start(self) -> Access:
-        """Ready the cluster for the node (before any child starts); how to reach it."""
-        ...
-
-    def child_args(self) -> list[str]:
-        """The flags that point `declare` and the operator at this cluster."""
-        ...
-
-    def stop(self) -> None: ...
-
-
-class Embedded:
-    """The fake apiserver inside `up`, serving the Display CRD."""
-
-    def __init__(self) -> None:
-        self.kube = FakeKube()
-
-    def start(self) -> Access:
-        self.kube.start()
-        self.kube.register_crd(display_crd())
-        return Access(server=self.kube.url)
-
-    def child_args(self) -> list[str]:
-        return [f"--api-server={self.kube.url}"]
-
-    def stop(self) -> None:
-        self.kube.stop()
-
-
-class Remote:
-    """A real cluster a kubeconfig names; `pinned` is where the copy for `--context` goes."""
-
-    def __init__(self, kubeconfig: Path, *, context: str | None, pinned: Path) -> None:
-        self.kubeconfig = kubeconfig.absolute()
-        self.context = context
-        self.pinned = pinned
-        self._for_children = self.kubeconfig
-
-    def start(self) -> Access:
-        access = Access.from_kubeconfig(self.kubeconfig, context=self.context)
-        check_serves(Api(access))
-        if self.context is not None:
-            pin_context(self.kubeconfig, self.context, self.pinned)
-            self._for_children = self.pinned
-        return access
-
-    def child_args(self) -> list[str]:
-        return [f"--kubeconfig={self._for_children}"]
-
-    def stop(self) -> None:
-        # The copy holds the user's credentials: it does not outlive the node.
-        fsutil.remove(self.pinned)
-
-
-def check_serves(api: Api) -> None:
-    """Fail unless the cluster answers and serves ResourceSlices (v1) and the Display CRD."""
-    try:
-        api.items(RESOURCE_SLICES, limit=1)
-    except StatusError as exc:
-        if exc.code != 404:
-            raise
-        raise ClusterError(
-            f"the cluster at {api.access} does not serve resource.k8s.io/v1 ResourceSlices:"
-            " the display operator needs Kubernetes 1.34 or later"
-        ) from exc
-    try:
-        api.items(DISPLAYS, limit=1)
-    except StatusError as exc:
-        if exc.code != 404:
-            raise
-        raise MissingCrdError(
-            f"the Display CRD ({display.PLURAL}.{display.GROUP}) is not installed in the cluster"
-            f" at {api.access}: install the operator's cluster-scoped objects with"
-            f" `{APPLY_CRD}` (from a display-operator checkout), then run `simnode up` again"
-        ) from exc
-
-
-def pin_context(source: Path, context: str, dest: Path) -> None:
-    """Write at `dest` (owner-only) a kubeconfig of `context` alone, as its current context,
-    with its cluster and user, their file paths made absolute."""
-    try:
-        doc = yaml.safe_load(source.read_text())
-        entry = _entry(doc, "contexts", context)
-        body = entry.get("context") or {}
-        pinned: JsonObject = {"apiVersion": "v1", "kind": "Config", "current-context": context,
-                              "contexts": [entry]}
-        for key, section in (("cluster", "clusters"), ("user", "users")):
-            if body.get(key):
-                found = _entry(doc, section, str(body[key]))
-                pinned[section] = [_absolute(found, key, source.parent)]
-    except (OSError, yaml.YAMLError, AttributeError) as exc:
-        raise KubeconfigUnusableError(f"cannot use --kubeconfig {source}: {exc}") from exc
-    fsutil.atomic_write(dest, yaml.safe_dump(pinned, sort_keys=False), mode=0o600)
-
-
-def _entry(doc: Any, section: str, name: str) -> JsonObject:
-    for entry in doc.get(section) or []:
-        if isinstance(entry, Mapping) and entry.get("name") == name:
-            return dict(entry)
-    raise KubeconfigUnusableError(f"kubeconfig: no entry named {name!r} in {section}")
-
-
-def _absolute(entry: JsonObject, key: str, base: Path) -> JsonObject:
-    body = dict(entry.get(key) or {})
-    for field in _FILE_FIELDS[key]:
-        if body.get(field):
-            body[field] = str(base / str(body[field]))
-    return {**entry, key: body}
 
 
 def node_object(name: str) -> JsonObject:

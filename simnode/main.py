@@ -70,9 +70,12 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--clean", is_flag=True,
               help="Remove what a killed run left in the state dir (and stop its processes).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Publish the node into the real cluster this kubeconfig reaches (token or"
-                   " client certificate), instead of an embedded fake apiserver. The cluster"
-                   " must have the Display CRD (`kubectl apply -k deploy/base/cluster`).")
+              help="Run the pod in the real cluster this kubeconfig reaches, instead of an"
+                   " embedded fake apiserver: its binaries use their in-cluster configuration"
+                   " with a token of the manifest's ServiceAccount (TokenRequest), so RBAC is"
+                   " the manifest's. The cluster must hold the rendered base but its DaemonSet"
+                   " (`simnode prerequisites | kubectl apply -f -`); `up` names what is"
+                   " missing before it starts anything.")
 @click.option("--context", default=None,
               help="The kubeconfig's context to use; default: its current context.")
 @click.option("--node-name", default=NODE_NAME, show_default=True, callback=_node_name,
@@ -100,6 +103,18 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                          monitors=monitors, clean=clean, node_name=node_name,
                          kubeconfig=kubeconfig, context=context, images=images)
     up.run(options, sys.stdout)
+
+
+@cli.command("prerequisites")
+@click.option("--dist", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the built PEXes are (their checkout's deploy/ is rendered); default"
+                   " as for `up`.")
+def prerequisites_command(dist: Path | None) -> None:
+    """Print the rendered base without its DaemonSet: what `up --kubeconfig` needs in the
+    cluster (CRDs, namespace, ServiceAccount, RBAC, ...), for `kubectl apply -f -`."""
+    from simnode.pod import up as pod_up
+
+    sys.stdout.write(pod_up.prerequisites(pod_up.checkout(dist or up.default_dist())))
 
 
 @cli.command("status")

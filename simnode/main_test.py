@@ -23,7 +23,8 @@ def test_up_help_says_how_the_node_is_marked_and_what_a_cluster_needs() -> None:
     assert f"labelled {NODE_LABEL}=true" in text
     assert f"tainted {NODE_LABEL}=true:NoSchedule" in text
     assert "only pods that tolerate the taint" in text
-    assert "`kubectl apply -k deploy/base/cluster`" in text
+    assert "`simnode prerequisites | kubectl apply -f -`" in text
+    assert "a token of the manifest's ServiceAccount (TokenRequest)" in text
 
 
 def test_claim_help_names_the_rights_a_real_cluster_asks() -> None:

@@ -183,13 +183,11 @@ class ControlPlane:
                            namespace=pod["metadata"]["namespace"], subresource="status")
 
     def secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        found = self.kubelet.get(SECRETS, name, namespace=namespace)
-        if found is None:
-            return None
-        return {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
+        return secret_files(self.kubelet.get(SECRETS, name, namespace=namespace))
 
-    def service_account_files(self, namespace: str, account: str) -> dict[str, bytes]:
-        """What the kubelet projects at /var/run/secrets/kubernetes.io/serviceaccount."""
-        token = self.kube.service_account_token(namespace, account)
-        return {"token": token.encode(), "ca.crt": self.kube.ca_pem,
-                "namespace": namespace.encode()}
+
+def secret_files(found: JsonObject | None) -> dict[str, bytes] | None:
+    """A Secret's keys and decoded values, or None for no Secret."""
+    if found is None:
+        return None
+    return {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}

@@ -1,14 +1,17 @@
 """A simulated node running the rendered DaemonSet's pod through the runner.
 
-What the node is, before any pod: the fake API (HTTPS, tokens, RBAC) with every object of the
-manifests applied and the node's Node object, the simulated card under the host root with a
-DDC/CI monitor on each connector's i2c socket, the node's Xvfb (the card's "screens"), the
-weston image's layout module, and liken's CDI spec of the card. Then the pod: the Pod object
-(as the DaemonSet controller makes it) and its claim (allocated as the scheduler allocates it),
-the volumes and projections the kubelet makes, the containers run by `PodRunner`, the status
-written as the kubelet writes it, and the plugin's registration as the kubelet does it. `roll`
-replaces the pod as the DaemonSet's roll does with `maxSurge: 0`: the old pod has stopped, and
-its emptyDir is gone, before the new one starts; hostPaths stay.
+What the node is, before any pod: its cluster (`simnode.pod.clusters`: the embedded fake API,
+HTTPS with tokens and RBAC, every object of the manifests applied; or with `--kubeconfig` a
+real one, checked to hold what the pod needs, `simnode.pod.remote`) and the node's Node object,
+the simulated card under the host root with a DDC/CI monitor on each connector's i2c socket,
+the node's Xvfb (the card's "screens"), the weston image's layout module, and liken's CDI spec
+of the card. Then the pod: the Pod object (as the DaemonSet controller makes it) and, in the
+embedded cluster, its claim (allocated as the scheduler allocates it), the volumes and
+projections the kubelet makes (the service account's token renewed before it expires), the
+containers run by `PodRunner`, the status written as the kubelet writes it, and the plugin's
+registration as the kubelet does it. `roll` replaces the pod as the DaemonSet's roll does with
+`maxSurge: 0`: the old pod has stopped, and its emptyDir is gone, before the new one starts;
+hostPaths stay.
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ from fakekube.server import FakeKube
 from libdisplay.cdi import DRIVER
 from libdisplay.ddc_socket import MonitorServer
 from libdisplay.processes import Process, start, unix_socket_accepts
-from simnode import card, cluster
+from simnode import card
+from simnode.cluster import NodeObject
 from simnode.pod import control, simcard
 from simnode.pod.assemble import Assembler, Machine
+from simnode.pod.clusters import Embedded, PodCluster
 from simnode.pod.launcher import BwrapLauncher, Launcher
 from simnode.pod.manifest import PodTemplate, daemonset, load_documents, pod_template
 from simnode.pod.podman import PodmanLauncher
 from simnode.pod.runner import PodRunner
+from simnode.pod.tokens import AccountProjection
 from simnode.pod.volumes import PodVolumes, clear, project
 from simnode.up import serve_monitors, stop_monitors, use_trixie_compositor
 
@@ -91,9 +97,9 @@ class RunningPod:
         self.node = node
         config = node.config
         self.template = node.template
-        self.object = node.control.create_pod(self.template)
+        self.object = node.cluster.create_pod(self.template)
         self.name = str(self.object["metadata"]["name"])
-        self.claims = node.control.create_claims(self.template, self.object,
+        self.claims = node.cluster.create_claims(self.template, self.object,
                                                  simcard.ALLOCATION, simcard.LIKEN_DRIVER)
         self.dir = config.state / "pods" / self.name
         self.logs = config.logs / f"pod-{number}-{self.name}"
@@ -104,15 +110,18 @@ class RunningPod:
         cdi = {}
         for claim in self.template.claim_templates:
             cdi.update(simcard.claim_edits(claim, simcard.ALLOCATION, node.devices))
-        account = self.dir / "serviceaccount"
+        namespace, account = self.template.namespace, self.template.service_account
+        self.account = AccountProjection(
+            self.dir / "serviceaccount", ca_pem=node.cluster.ca_pem, namespace=namespace,
+            issue=lambda: node.cluster.issue_token(namespace, account, self.object))
         self.assembler = Assembler(
             self.template, machine=node.machine, pod=self.object, volumes=self.volumes,
-            service_account=account, api=(node.kube.host, node.kube.port), cdi=cdi,
+            service_account=self.account.directory, api=node.cluster.service_address, cdi=cdi,
             logs=self.logs, scratch=self.dir / "scratch")
         self.runner = PodRunner(
             self.template, launcher=node.launcher, spec_for=self.assembler.spec,
             images={c.name: c.image for c in self.template.all_containers()},
-            on_status=lambda status: node.control.write_status(self.object, status))
+            on_status=lambda status: node.cluster.write_status(self.object, status))
 
     def build_images(self) -> None:
         """Each image's PEX unpacked once (see `Assembler.warm_spec`)."""
@@ -133,10 +142,7 @@ class RunningPod:
     def start(self) -> None:
         self.build_images()
         self.volumes.create()
-        account = self.dir / "serviceaccount"
-        account.mkdir(parents=True, exist_ok=True)
-        project(account, self.node.control.service_account_files(
-            self.template.namespace, self.template.service_account))
+        self.account.start()
         self._sync_secrets()
         self._secrets = threading.Thread(target=self._keep_secrets, name="secret volumes",
                                          daemon=True)
@@ -147,7 +153,7 @@ class RunningPod:
         for volume in self.template.volumes.values():
             if volume.kind != "secret":
                 continue
-            files = self.node.control.secret(self.template.namespace, volume.secret_name)
+            files = self.node.cluster.secret(self.template.namespace, volume.secret_name)
             directory = self.volumes.source(volume.name)
             if files is None:
                 clear(directory)
@@ -164,21 +170,25 @@ class RunningPod:
     def stop(self) -> None:
         self._stop.set()
         self.runner.stop()
+        self.account.stop()
         if self._secrets is not None:
             self._secrets.join(30)
         self.volumes.remove()
-        self.node.control.delete_pod(self.object, self.claims)
+        self.node.cluster.delete_pod(self.object, self.claims)
 
 
 class PodNode:
-    def __init__(self, config: NodeConfig, *, launcher: Launcher | None = None) -> None:
+    """The node; `cluster` is the embedded fake unless another is given."""
+
+    def __init__(self, config: NodeConfig, *, launcher: Launcher | None = None,
+                 cluster: PodCluster | None = None) -> None:
         self.config = config
         self.template: PodTemplate = pod_template(daemonset(load_documents(config.manifests)))
         self.launcher = launcher or (PodmanLauncher(repo=config.repo) if config.images
                                      else BwrapLauncher())
-        self.kube = FakeKube(tls=True, authorize=True)
-        self.control: control.ControlPlane
-        self.node_object: cluster.NodeObject | None = None
+        self.cluster: PodCluster = cluster or Embedded(config.state / "identities",
+                                                       node=config.node_name)
+        self.node_object: NodeObject | None = None
         self.monitors = card.monitors(config.monitors)
         self.servers: dict[str, MonitorServer] = {}
         self.xvfb: Process | None = None
@@ -193,6 +203,23 @@ class PodNode:
         self._ports: IO[bytes] | None = None
         self._link_dir: Path | None = None
         self.host_link = config.host
+        self.withdrawn: list[str] = []
+        """What stopping deleted from the cluster, as `Kind name`."""
+
+    @property
+    def kube(self) -> FakeKube:
+        """The embedded fake API (a node with another cluster has none)."""
+        return self._embedded().kube
+
+    @property
+    def control(self) -> control.ControlPlane:
+        """The embedded fake's actors: admin, scheduler, the person, the viewer's token."""
+        return self._embedded().control
+
+    def _embedded(self) -> Embedded:
+        if not isinstance(self.cluster, Embedded):
+            raise NodeError("this node's cluster is not the embedded fake")
+        return self.cluster
 
     @property
     def registration_socket(self) -> Path:
@@ -201,6 +228,8 @@ class PodNode:
     def start(self) -> None:
         config = self.config
         config.logs.mkdir(parents=True, exist_ok=True)
+        # Before waiting for the ports: a cluster that cannot take the pod fails at once.
+        self.cluster.start(load_documents(config.manifests))
         self._ports = _lock(PORTS_LOCK, timeout_s=PORTS_WAIT_S)
         # The kubelet stand-in dials the plugin's sockets on the host through a short link
         # (AF_UNIX paths are at most 108 bytes; a state dir may be deep).
@@ -208,12 +237,8 @@ class PodNode:
         self.host_link = self._link_dir / "h"
         self.host_link.symlink_to(config.host.resolve())
         use_trixie_compositor(config.dist)
-        self.kube.start()
-        self.control = control.ControlPlane(self.kube, config.state / "identities",
-                                            node=config.node_name)
-        self.node_object = cluster.NodeObject(self.control.kubelet, config.node_name)
+        self.node_object = NodeObject(self.cluster.kubelet, config.node_name)
         self.node_object.publish()
-        self.control.apply(load_documents(config.manifests))
         card.write_card(config.host, self.monitors)
         self.servers = serve_monitors(config.host, self.monitors)
         self._build_layout()
@@ -270,20 +295,25 @@ class PodNode:
             if self.xvfb is not None:
                 self.xvfb.stop()
             stop_monitors(self.servers)
-            if self.node_object is not None:
-                # The kubelet may not delete its Node: the cluster owner removes it.
-                self.node_object.api = self.control.admin
-                try:
-                    self.node_object.withdraw()
-                except Exception:  # the fake goes next anyway
-                    log.exception("withdrawing the Node failed")
-            self.kube.stop()
+            self.withdrawn = self._withdraw()
+            self.cluster.stop()
             if self._link_dir is not None:
                 shutil.rmtree(self._link_dir, ignore_errors=True)
                 self._link_dir = None
             if self._ports is not None:
                 self._ports.close()
                 self._ports = None
+
+    def _withdraw(self) -> list[str]:
+        """Delete the Node and this node's slices (as `Kind name`), once the pod is gone."""
+        if self.node_object is None:
+            return []
+        self.node_object.api = self.cluster.owner
+        try:
+            return self.node_object.withdraw()
+        except Exception:  # what could not be deleted stays; the rest of stop() goes on
+            log.exception("withdrawing the Node failed")
+            return []
 
     def _build_layout(self) -> None:
         out = self.machine.extra_usr["trixie"].parent / MODULEDIR / "layout-shell.so"

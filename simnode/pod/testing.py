@@ -85,3 +85,53 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def render_base() -> list[dict[str, Any]]:
+    """`kubectl kustomize deploy/base`, as documents."""
+    import subprocess
+
+    done = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / "base")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def stand_in_cluster(kube: Any, docs: list[dict[str, Any]], *, user: str,
+                     omit: tuple[str, ...] = ()) -> str:
+    """Make `kube` (a FakeKube with tls and authorize) the real cluster `up --kubeconfig`
+    meets: the rendered base without its DaemonSet applied by its owner (less the objects
+    named `Kind name` in `omit`), and `user` granted `remote.USER_RULES`; `user`'s token."""
+    from simnode.pod.preflight import without_daemonsets
+    from simnode.pod.remote import USER_RULES
+
+    for obj in without_daemonsets(docs):
+        if f"{obj['kind']} {obj['metadata']['name']}" not in omit:
+            kube.create(obj)
+    rbac = "rbac.authorization.k8s.io"
+    kube.create({"apiVersion": f"{rbac}/v1", "kind": "ClusterRole",
+                 "metadata": {"name": "simnode-up"}, "rules": list(USER_RULES)})
+    kube.create({"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": "simnode-up"},
+                 "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "simnode-up"},
+                 "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}]})
+    return str(kube.user_token(user))
+
+
+def user_kubeconfig(path: Path, *, server: str, ca_pem: bytes | None, token: str) -> Path:
+    """A kubeconfig whose context `sim` reaches `server` with `token` (CA data if given); its
+    current context is a dead server, so whatever reads the current context instead fails."""
+    import base64
+
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}},
+                     {"name": "sim", "context": {"cluster": "sim", "user": "u"}}],
+        "clusters": [{"name": "dead", "cluster": {"server": "https://127.0.0.1:1"}},
+                     {"name": "sim", "cluster": cluster}],
+        "users": [{"name": "u", "user": {"token": token}}],
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path

@@ -1,7 +1,9 @@
-"""`simnode up` with the embedded cluster: the rendered base's pod run through the pod runner.
+"""`simnode up`: the rendered base's pod run through the pod runner, in the embedded cluster or,
+with `--kubeconfig`, in a real one (`simnode.pod.remote`: checked before anything starts).
 
 The state dir is the node's: `host/` the simulated host (hostPaths, the card's /sys and /dev),
-`pods/` each pod's own volumes, `identities/` a kubeconfig per actor, `logs/` everything's logs.
+`pods/` each pod's own volumes, `identities/` a kubeconfig per actor of the embedded cluster,
+`logs/` everything's logs.
 The paths the other subcommands use (`simnode.state.Layout`) are links into it: `etc-weston` to
 the current pod's emptyDir, `run`, `cdi`, `plugins`, `plugins_registry`, `sys` and `dev` to
 the host's. `pod.json` holds what `status` shows of the pod (containers' state, restarts and
@@ -19,9 +21,15 @@ import threading
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+import yaml
+
 from libdisplay import fsutil
-from simnode import report
+from simnode import clients, report
+from simnode.pod.clusters import Embedded, PodCluster
+from simnode.pod.manifest import load_documents
 from simnode.pod.node import NodeConfig, PodNode
+from simnode.pod.preflight import without_daemonsets
+from simnode.pod.remote import Remote
 from simnode.state import Layout, State, check_free, save
 from simnode.up import Options, StartInterruptedError, UpError, _signals, check_tools, pex
 
@@ -93,21 +101,37 @@ def snapshot(node: PodNode) -> dict[str, Any]:
                                "restarts": entry["restartCount"],
                                "last": entry["lastState"], "rss": rss, "limit": limit,
                                "pid": pod.runner.pid(entry["name"])})
-    denials = [f"{d.user} {d.verb} {d.api_group}/{d.resource}"
-               f"{'/' + d.subresource if d.subresource else ''} {d.namespace}/{d.name}"
-               f" ({d.code})" for d in node.kube.denials()]
-    return {"pod": pod.name if pod else None, "containers": containers, "denials": denials}
+    return {"pod": pod.name if pod else None, "containers": containers,
+            "denials": node.cluster.denials()}
 
 
 def state(options: Options, node: PodNode, snap: dict[str, Any]) -> State:
     pids = {c["name"]: c["pid"] for c in snap["containers"] if c["pid"]}
     if "operator" in pids:
         pids["draplugin"] = pids["operator"]  # the name `hotplug` signals
-    return State(pid=os.getpid(), node_name=options.node_name, api_url=node.kube.url,
+    kubeconfig: Path | None
+    if isinstance(node.cluster, Embedded):
+        kubeconfig, context = node.control.kubeconfig_of("admin"), None
+    else:
+        kubeconfig, context = options.kubeconfig, options.context
+    return State(pid=os.getpid(), node_name=options.node_name, api_url=node.cluster.url,
                  metrics_url=METRICS_URL, monitors=options.monitors,
                  xvfb_display=node.display, pids=pids,
-                 kubeconfig=str(node.control.kubeconfig_of("admin")),
+                 kubeconfig=str(kubeconfig) if kubeconfig else None, context=context,
                  host_root=str(node.host_link))
+
+
+def prerequisites(repo: Path) -> str:
+    """The rendered base without its DaemonSet, what a real cluster needs for `up`."""
+    return yaml.safe_dump_all(without_daemonsets(load_documents(render(repo))),
+                              sort_keys=False)
+
+
+def cluster_of(options: Options) -> PodCluster | None:
+    """The real cluster `--kubeconfig` names (its kubeconfig checked now), or None."""
+    if options.kubeconfig is None:
+        return None
+    return Remote(options.kubeconfig, context=options.context, node=options.node_name)
 
 
 def run(options: Options, out: TextIO) -> None:
@@ -115,6 +139,7 @@ def run(options: Options, out: TextIO) -> None:
     check_tools()
     for name in ("declare", "westonctl", "draplugin", "capture"):
         pex(options.dist, name)
+    cluster = cluster_of(options)
     check_free(options.layout, clean=options.clean)
     layout = options.layout
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -125,7 +150,7 @@ def run(options: Options, out: TextIO) -> None:
                         manifests=render(repo), trixie_root=trixie_root(repo),
                         node_name=options.node_name, monitors=options.monitors,
                         images=options.images)
-    node = PodNode(config)
+    node = PodNode(config, cluster=cluster)
     roll = threading.Event()
     previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())
     with _signals() as signals:
@@ -133,8 +158,9 @@ def run(options: Options, out: TextIO) -> None:
             node.start()
             link_layout(layout, node)
             _save(options, node)
-            report.print_up(node.control.admin.objects, layout, _state(options, node), out)
-            print(f"live view: {LIVE_VIEW} (token: {node.control.viewer_token})", file=out)
+            report.print_up(node.cluster.reader.objects, layout, _state(options, node), out)
+            print(f"live view: {LIVE_VIEW}" + (f" (token: {node.control.viewer_token})"
+                  if isinstance(node.cluster, Embedded) else ""), file=out)
             print(report.READY_LINE, file=out, flush=True)
             signals.interrupting = False
             while not signals.stop.wait(SNAPSHOT_S):
@@ -150,7 +176,11 @@ def run(options: Options, out: TextIO) -> None:
             signals.interrupting = False
             signal.signal(signal.SIGUSR1, previous)
             print("simnode: stopping", file=out, flush=True)
+            for record in clients.records(layout):  # `simnode claim`'s, not our children
+                clients.stop_client(record)
             node.stop()
+            if node.withdrawn:
+                print(f"simnode: deleted {', '.join(node.withdrawn)}", file=out, flush=True)
             fsutil.remove(layout.state_file)
     print("simnode: stopped, no process left", file=out, flush=True)
 
