@@ -21,7 +21,6 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,69 +37,38 @@ from fakekube.kubelet import Claim, Kubelet, get_info
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
+from libdisplay.cdi import DRIVER
 from libdisplay.display import API_VERSION, GROUP, KIND, PLURAL, VERSION, display_name
-from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.layout import LayoutCapture, LayoutControl
 from libdisplay.modes import Mode, parse_mode
 from libdisplay.outputs import LayoutSockets
 from libdisplay.processes import Process, running, unix_socket_accepts
 from libdisplay.sysfs_tree import (
     SimCard,
-    SimConnector,
     dev_root,
     hotplug,
     sysfs_root,
     write_tree,
 )
 from libdisplay.wayland import Liveness, list_outputs, probe
-from tests.support.crds import display_crd
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
+from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)
+    DP,
+    HDMI,
+    NODE,
+    Node,
+    fake_fixture,
+    make_kube,
+    make_node,
+    node_fixture,
+    sim_monitor,
+)
 from tests.support.weston import xvfb
 
-NODE = "kiosk-1"
-DRIVER = "display.liken.sh"
-HDMI = "card0-hdmi-a-1"
-DP = "card0-dp-1"
 DisplayResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 START_TIMEOUT_S = 60.0
 SHELL = "kiosk-shell.so"
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    root: Path
-
-    @property
-    def plugin_dir(self) -> Path:
-        return self.root / "plugins" / DRIVER
-
-    @property
-    def registry_dir(self) -> Path:
-        return self.root / "plugins_registry"
-
-    @property
-    def registration_socket(self) -> Path:
-        return self.registry_dir / f"{DRIVER}-reg.sock"
-
-    @property
-    def cdi_dir(self) -> Path:
-        return self.root / "cdi"
-
-    @property
-    def etc(self) -> Path:
-        return self.root / "etc-weston"
-
-    @property
-    def runtime_dir(self) -> Path:
-        return self.root / "run"
-
-    def checkpoint(self) -> dict[str, Any]:
-        path = self.plugin_dir / "checkpoint.json"
-        if not path.exists():
-            return {}
-        claims: dict[str, Any] = json.loads(path.read_text())["claims"]
-        return claims
 
 
 def _command(name: str) -> list[str]:
@@ -118,37 +86,6 @@ def _env(pex_root: Path, **extra: str) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         **extra,
     }
-
-
-def _monitor(type_name: str, index: int, preferred: Mode, others: Sequence[Mode]) -> SimConnector:
-    edid = build_edid(
-        EdidParams(name=f"{type_name} {index}", serial_number=index, preferred=preferred,
-                   detailed=tuple(others))
-    )
-    modes = tuple(f"{m.width}x{m.height}" for m in (preferred, *others))
-    return SimConnector(type=type_name, index=index, edid=edid, modes=modes)
-
-
-def make_node(root: Path) -> Node:
-    node = Node(root)
-    card = SimCard(
-        connectors=(
-            _monitor("HDMI-A", 1, Mode(1920, 1080, 60000), (Mode(1280, 720, 60000),)),
-            _monitor("DP", 1, Mode(1280, 1024, 60000), ()),
-            SimConnector(type="DP", index=2, status="disconnected"),
-        )
-    )
-    write_tree(root, card)
-    return node
-
-
-def make_kube() -> FakeKube:
-    fake = FakeKube().start()
-    fake.register_crd(display_crd())
-    for device, spec in ((HDMI, {}), (DP, {"mode": "1280x1024@60"})):
-        fake.create({"apiVersion": API_VERSION, "kind": "Display",
-                     "metadata": {"name": display_name(NODE, device)}, "spec": spec})
-    return fake
 
 
 def display_spec(fake: FakeKube, device: str) -> dict[str, Any]:
@@ -241,20 +178,6 @@ def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = No
         what="registration socket accepts",
     ) as process:
         yield process
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return make_node(tmp_path)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    kube = make_kube()
-    try:
-        yield kube
-    finally:
-        kube.stop()
 
 
 # --- registration ----------------------------------------------------------------------------
@@ -578,7 +501,7 @@ def test_a_claims_mode_survives_a_roll_and_release_restores_the_persons_mode(
     node = Node(tmp_path)
     others = tuple(parse_mode(m) for m in (EDITED_MODE, PERSON_MODE, CLAIM_MODE))
     write_tree(tmp_path, SimCard(connectors=(
-        _monitor("HDMI-A", 1, Mode(1920, 1080, 60000), others),)))
+        sim_monitor("HDMI-A", 1, Mode(1920, 1080, 60000), others),)))
     sync_client(fake.url).patch(DisplayResource, display_name(NODE, HDMI),
                                 {"spec": {"mode": PERSON_MODE}}, patch_type=PatchType.MERGE)
     first = make_claim(fake, "first", params=config(mode=CLAIM_MODE))

@@ -36,23 +36,18 @@ from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
 from libdisplay.sysfs_tree import hotplug
 from tests.draplugin_test import (
-    DP,
-    HDMI,
     INITIAL_INI,
-    NODE,
-    Node,
     _check_invariants,
     _dies,
     _free_port,
     _slice_devices,
     config,
     display_spec,
-    make_kube,
-    make_node,
     plugin,
     weston,
 )
 from tests.support.crds import display_crd
+from tests.support.operator_node import DP, HDMI, NODE, Node, make_kube, make_node
 
 PHASE_S = float(os.environ.get("FAULT_PHASE_S", "3"))
 STALL_S = float(os.environ.get("FAULT_STALL_S", "5"))

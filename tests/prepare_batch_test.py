@@ -6,39 +6,20 @@ its UID; the claims before and after it are prepared.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from fakekube.kubelet import Kubelet
 from fakekube.server import FakeKube
 from libdisplay import cdi
-from tests.draplugin_test import (
+from libdisplay.cdi import DRIVER
+from tests.draplugin_test import config, make_claim, plugin
+from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)
     DP,
-    DRIVER,
     HDMI,
     Node,
-    config,
-    make_claim,
-    make_kube,
-    make_node,
-    plugin,
+    fake_fixture,
+    node_fixture,
 )
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return make_node(tmp_path)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    kube = make_kube()
-    try:
-        yield kube
-    finally:
-        kube.stop()
 
 
 def test_a_claim_whose_writes_fail_fails_alone(node: Node, fake: FakeKube,
