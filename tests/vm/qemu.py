@@ -93,7 +93,11 @@ class Qmp:
     def __init__(self, path: Path, *, timeout: float = QMP_TIMEOUT_S) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
-        self._sock.connect(os.fspath(path))
+        try:
+            self._sock.connect(os.fspath(path))
+        except OSError:
+            self._sock.close()
+            raise
         self._file = self._sock.makefile("rwb")
         self._read()  # the greeting
         self.execute("qmp_capabilities")
@@ -161,10 +165,17 @@ class Vm:
         self._bus.wait_until(lambda: processes.unix_socket_accepts(self._bus_socket),
                              timeout=BUS_TIMEOUT_S, what="the private bus accepts")
         self.qemu = processes.start(self._qemu_argv(), log_path=self.workdir / "qemu.log")
-        self.qemu.wait_until(lambda: self._qmp_socket.exists(), timeout=QMP_TIMEOUT_S,
-                             what="QMP's socket exists")
-        self._qmp = Qmp(self._qmp_socket)
+        # The socket's file appears at bind(), a moment before QEMU listens on it.
+        self.qemu.wait_until(self._qmp_connects, timeout=QMP_TIMEOUT_S,
+                             what="QMP accepts a connection")
         self.wait_serial(READY_LINE, timeout=self._boot_timeout)
+
+    def _qmp_connects(self) -> bool:
+        try:
+            self._qmp = Qmp(self._qmp_socket)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+        return True
 
     def _qemu_argv(self) -> list[str]:
         accel = ["-accel", "kvm", "-cpu", "host"] if kvm_works() else \
