@@ -148,15 +148,23 @@ def unapplied_marker(weston_ini: Path) -> Path:
 
 
 def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, *, reason: str,
+          restart: bool = True,
           on_ordered: Callable[[], None] | None = None,
           on_written: Callable[[], None] | None = None) -> bool:
     """Bring weston.ini in line with the checkpoint and the Displays, and restart the
     compositor when it changed (or an earlier change was never applied). True when it did.
-    `on_ordered` hears each restart order; `on_written` is called between the file and the
-    restart (a test's crash point)."""
+    With `restart` False the file is only rewritten, for weston's next start, and an earlier
+    unapplied change stays marked. `on_ordered` hears each restart order; `on_written` is
+    called between the file and the restart (a test's crash point)."""
     text = compose(settings, kube, claimed_outputs(checkpoint))
     ini = settings.weston_ini
     marker = unapplied_marker(ini)
+    if not restart:
+        if _read(ini) != text:
+            ini.parent.mkdir(parents=True, exist_ok=True)
+            fsutil.atomic_write(ini, text)
+            log.info("rewrote %s for the compositor's next start (%s)", ini, reason)
+        return False
     if _read(ini) != text:
         ini.parent.mkdir(parents=True, exist_ok=True)
         fsutil.atomic_write(marker, f"{reason}\n")

@@ -348,23 +348,27 @@ class Driver:
                  ", ".join(f"{d.device} ({d.output})" for d in plan.entry.devices))
         return plan.entry.devices
 
-    def _apply_modes(self, *, reason: str, fault: FaultPoint | None = None) -> None:
-        """weston.ini from the checkpoint as it is now, and the restart when it changed."""
+    def _apply_modes(self, *, reason: str, fault: FaultPoint | None = None,
+                     restart: bool = True) -> None:
+        """weston.ini from the checkpoint as it is now, and the restart when it changed
+        (unless `restart` is False: the file is then read at weston's next start)."""
         restarted = modes.apply(
-            self._settings, self._kube, self._load(), reason=reason,
+            self._settings, self._kube, self._load(), reason=reason, restart=restart,
             on_ordered=self._metrics.restart_ordered,
             on_written=None if fault is None else lambda: self._fault(fault))
         if restarted:
             # The new compositor's module holds no claim's socket.
             self._restore_sockets()
 
-    def follow_connectors(self) -> bool:
-        """weston.ini for the connectors connected now, and the restart when it changed: a
-        monitor plugged in after start gets its claim's or Display's mode, one pulled out
-        leaves its output's section. False when that failed (logged); the caller retries."""
+    def follow_connectors(self, *, plugged: bool) -> bool:
+        """weston.ini for the connectors connected now: a monitor plugged in after start
+        gets its claim's or Display's mode (the compositor restarts when the text changed).
+        After unplugs alone (`plugged` False) the file is only rewritten: a pulled output
+        needs no restart, and one would cut every other screen's clients. False when that
+        failed (logged); the caller retries."""
         with self._lock:
             try:
-                self._apply_modes(reason="the card's connectors changed")
+                self._apply_modes(reason="the card's connectors changed", restart=plugged)
             except _FAILURES as err:
                 log.error("cannot follow the connectors' change yet: %s", err)
                 return False

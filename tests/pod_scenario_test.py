@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from libdisplay.modes import Mode
-from libdisplay.wayland import list_outputs
+from libdisplay.wayland import WaylandError, list_outputs
 from simnode import card, report
 from simnode.api import DISPLAYS
 from simnode.commands import host_pid
@@ -172,7 +172,7 @@ def _size_of(node: pod_node.PodNode, output: str) -> tuple[int, int] | None:
     socket = node.config.host / "var/run/display.liken.sh/wayland-0"
     try:
         outputs = list_outputs(socket, timeout=5.0)
-    except OSError:
+    except (OSError, WaylandError):
         return None  # restarting
     for found in outputs:
         if found.name == output:
@@ -199,11 +199,17 @@ def test_claim_release_hotplug_hang_roll_capture_with_no_403(node: pod_node.PodN
 
     # Hotplug: pull the third monitor; the operator re-reads sysfs on SIGHUP.
     third = node.monitors[2]
+    config = node.pod.volumes.source("weston-config")
+    before = ((config / "weston.ini").read_text(), (config / "weston.pid").read_text())
     card.plug(node.config.host, third, connected=False)
     operator = node.pod.runner.pid("operator")
     assert operator is not None
     os.kill(operator, signal.SIGHUP)
     wait_for(lambda: third.device not in slice_devices(node), what="the slice without it")
+    # weston.ini follows the unplug, but no restart cuts the other screens' clients.
+    wait_for(lambda: (config / "weston.ini").read_text() != before[0],
+             what="weston.ini rewritten after the unplug")
+    assert (config / "weston.pid").read_text() == before[1]
     # While it is out, a person states its mode: plugged in again, it comes up at that mode
     # (the operator derives weston.ini again after the connector change), not its preferred.
     assert third.modes[0] != Mode(1280, 720, 60000) and Mode(1280, 720, 60000) in third.modes

@@ -36,7 +36,8 @@ derives weston.ini again for the connectors now connected (`Driver.follow_connec
 restarts the compositor once more if the text changed. On a GPU that re-detects before the
 uevent the first restart already had the right connectors, but weston.ini is derived only
 from a read that is known to be right; on virtio-gpu it is the only correct one. So a plug
-or unplug costs up to two restarts there: the re-probe, then the new modes.
+costs up to two restarts there: the re-probe, then the new modes. After unplugs alone the
+file is only rewritten: a pulled output needs no second restart.
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class NodeRuntime:
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
-        self._follow: Callable[[], bool] | None = None
+        self._follow: Callable[[bool], bool] | None = None
         self._connectors_due = asyncio.Event()
+        self._plugged = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what the plugin side uses ---------------------------------------------------------------
@@ -161,11 +162,12 @@ class NodeRuntime:
         if state is not None:
             self._observed.ddc[device] = ddcmap.applied(state, config)
 
-    def follow_connectors_with(self, follow: Callable[[], bool]) -> None:
-        """After each connector change the slice published, call `follow()` (blocking, on a
-        worker thread): the driver derives weston.ini again, so a monitor plugged in after
-        start comes up at its claim's or Display's mode. False means "not yet" (the API or
-        the compositor failed): it is called again after a backoff."""
+    def follow_connectors_with(self, follow: Callable[[bool], bool]) -> None:
+        """After each connector change the slice published, call `follow(plugged)` (blocking,
+        on a worker thread; `plugged` when a monitor was added or swapped since the last
+        call): the driver derives weston.ini again, so a monitor plugged in after start comes
+        up at its claim's or Display's mode. False means "not yet" (the API or the
+        compositor failed): it is called again after a backoff."""
         self._follow = follow
 
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
@@ -237,6 +239,7 @@ class NodeRuntime:
         await self._publish(cards)
         if changes.added or changes.swapped:
             self._probe_ddc_later(cards)
+        self._plugged = self._plugged or bool(changes.added or changes.swapped)
         self._connectors_due.set()
 
     async def _publish(self, cards: tuple[drm.Card, ...]) -> None:
@@ -265,9 +268,11 @@ class NodeRuntime:
         while True:
             await self._connectors_due.wait()
             self._connectors_due.clear()
-            if self._follow is None or await asyncio.to_thread(self._follow):
+            plugged, self._plugged = self._plugged, False
+            if self._follow is None or await asyncio.to_thread(self._follow, plugged):
                 attempt = 0
                 continue
+            self._plugged = self._plugged or plugged
             delay = self.config.backoff.delay(attempt)
             attempt += 1
             log.warning("the compositor's outputs do not follow the connectors yet; "
