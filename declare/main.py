@@ -12,10 +12,8 @@ import click
 from libdisplay.cli import (
     binary_group,
     dev_root_option,
-    output_alias_option,
+    node_options,
     output_aliases,
-    runtime_dir_option,
-    shell_option,
     sysfs_root_option,
     weston_config_option,
 )
@@ -25,8 +23,7 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
 
 
 @cli.command("declare")
-@sysfs_root_option
-@dev_root_option
+@node_options
 @weston_config_option("The weston.ini to write.")
 @click.option("--node-name", envvar="NODE_NAME", help="This node's name: Displays are per node.")
 @api_options
@@ -37,9 +34,6 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
     type=click.FloatRange(min=0.1),
     help="Seconds for all Display reads together; then preferred modes.",
 )
-@output_alias_option
-@shell_option
-@runtime_dir_option
 @click.option("--dry-run", is_flag=True, help="Print weston.ini instead of writing it.")
 def declare_cmd(
     sysfs_root: Path,

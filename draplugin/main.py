@@ -14,19 +14,18 @@ import click
 
 from draplugin import options
 from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
-from libdisplay.cli import (
-    binary_group,
-    dev_root_option,
-    output_alias_option,
-    output_aliases,
-    runtime_dir_option,
-    shell_option,
-    sysfs_root_option,
-)
+from libdisplay.cli import binary_group, node_options, output_aliases
 from libdisplay.kubecli import api_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")
+
+
+def _seconds_option(flag: str, envvar: str, default: float, help_text: str, *,
+                    minimum: float = 0.1) -> Callable[[F], F]:
+    """A duration in seconds, also set by `envvar`, never below `minimum`."""
+    return click.option(flag, envvar=envvar, default=default, show_default=True,
+                        type=click.FloatRange(min=minimum), help=f"{help_text} (env {envvar}).")
 
 
 cli = binary_group("draplugin", "Publish this node's monitors and prepare them for claiming pods.")
@@ -57,58 +56,23 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     "/etc/weston/weston.pid",
     "weston's pid, as westonctl writes it",
 )
-@runtime_dir_option
+@node_options
 @options.container_runtime_dir
 @options.socket
-@sysfs_root_option
-@dev_root_option
-@output_alias_option
-@shell_option
 @options.delivery
-@click.option(
-    "--restart-timeout",
-    envvar="RESTART_TIMEOUT",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds for a restarted compositor to answer (env RESTART_TIMEOUT).",
-)
-@click.option(
-    "--hotplug-resync",
-    envvar="HOTPLUG_RESYNC",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds between re-reads of sysfs without a uevent, for lost events; SIGHUP re-reads "
-    "at once (env HOTPLUG_RESYNC).",
-)
-@click.option(
-    "--slice-resync",
-    envvar="SLICE_RESYNC",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds between checks that the ResourceSlice is still as published (env "
-    "SLICE_RESYNC).",
-)
-@click.option(
-    "--liveness-timeout",
-    envvar="LIVENESS_TIMEOUT",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="/healthz on the metrics port fails once the publisher's loop has not completed a "
-    "pass for this many seconds (env LIVENESS_TIMEOUT).",
-)
-@click.option(
-    "--api-backoff-cap",
-    envvar="API_BACKOFF_CAP",
-    default=2.0,
-    show_default=True,
-    type=click.FloatRange(min=0.001),
-    help="The longest delay in seconds between retries of a failed API call (env "
-    "API_BACKOFF_CAP).",
-)
+@_seconds_option("--restart-timeout", "RESTART_TIMEOUT", 10.0,
+                 "Seconds for a restarted compositor to answer")
+@_seconds_option("--hotplug-resync", "HOTPLUG_RESYNC", 30.0,
+                 "Seconds between re-reads of sysfs without a uevent, for lost events; SIGHUP "
+                 "re-reads at once")
+@_seconds_option("--slice-resync", "SLICE_RESYNC", 5.0,
+                 "Seconds between checks that the ResourceSlice is still as published")
+@_seconds_option("--liveness-timeout", "LIVENESS_TIMEOUT", 60.0,
+                 "/healthz on the metrics port fails once the publisher's loop has not "
+                 "completed a pass for this many seconds")
+@_seconds_option("--api-backoff-cap", "API_BACKOFF_CAP", 2.0,
+                 "The longest delay in seconds between retries of a failed API call",
+                 minimum=0.001)
 @api_options
 @click.option(
     "--metrics-addr",
@@ -201,8 +165,7 @@ def operator(**options: Any) -> None:
         raise click.ClickException(f"{err}; fix or move it by hand") from err
     if node is not None:
         node.runtime.add_availability_listener(_restore_when_back(driver))
-        node.runtime.follow_connectors_with(
-            lambda plugged: driver.follow_connectors(plugged=plugged))
+        node.runtime.follow_connectors_with(driver.follow_connectors)
     server = PluginServer(settings, driver, health=node.health if node else None)
 
     def on_signal(signum: int, _frame: object) -> None:

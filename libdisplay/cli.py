@@ -65,25 +65,30 @@ def output_aliases(values: tuple[str, ...]) -> dict[str, str]:
     return aliases
 
 
+def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator for `options`, applied as if stacked in this order (the first on top)."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 # Options several binaries share. One definition each, so the flag, its environment
 # variable and its default — the contract with the pod manifest — cannot drift apart.
 
-sysfs_root_option = click.option(
-    "--sysfs-root",
-    envvar="SYSFS_ROOT",
-    default="/sys",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where sysfs is mounted (a simulated tree in tests).",
-)
-dev_root_option = click.option(
-    "--dev-root",
-    envvar="DEV_ROOT",
-    default="/dev",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the claim's card nodes appear (<dev-root>/dri/cardN).",
-)
+
+def _directory_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
+    return click.option(flag, envvar=envvar, default=default, show_default=True,
+                        type=click.Path(file_okay=False, path_type=Path), help=help_text)
+
+
+sysfs_root_option = _directory_option(
+    "--sysfs-root", "SYSFS_ROOT", "/sys", "Where sysfs is mounted (a simulated tree in tests).")
+dev_root_option = _directory_option(
+    "--dev-root", "DEV_ROOT", "/dev", "Where the claim's card nodes appear (<dev-root>/dri/cardN).")
 output_alias_option = click.option(
     "--output-alias",
     envvar="WESTON_OUTPUT_ALIASES",
@@ -92,15 +97,10 @@ output_alias_option = click.option(
     help="Name an output as the backend does (simulated nodes: HDMI-A-1=X1; env"
     " WESTON_OUTPUT_ALIASES, space-separated).",
 )
-runtime_dir_option = click.option(
-    "--runtime-dir",
-    envvar="WESTON_RUNTIME_DIR",
-    default="/var/run/display.liken.sh",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="weston's XDG_RUNTIME_DIR as weston sees it: the hostPath consumers mount; claims'"
-    " sockets go under its claims/ (env WESTON_RUNTIME_DIR).",
-)
+runtime_dir_option = _directory_option(
+    "--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
+    "weston's XDG_RUNTIME_DIR as weston sees it: the hostPath consumers mount; claims'"
+    " sockets go under its claims/ (env WESTON_RUNTIME_DIR).")
 shell_option = click.option(
     "--shell",
     envvar="WESTON_SHELL",
@@ -108,6 +108,12 @@ shell_option = click.option(
     show_default=True,
     help="weston's shell: the layout module, or a stock shell for tests (env WESTON_SHELL).",
 )
+
+# What every binary that derives weston.ini reads of the node: the card in sysfs and /dev,
+# what its outputs are called, the shell and weston's runtime dir. declare, the operator and
+# its dry runs take them all, so one pod environment means one node to each.
+node_options = compose(
+    sysfs_root_option, dev_root_option, output_alias_option, shell_option, runtime_dir_option)
 
 
 def weston_config_option(help_text: str) -> Callable[[F], F]:

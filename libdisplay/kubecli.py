@@ -13,44 +13,34 @@ from typing import Any, TypeVar
 import click
 
 from libdisplay import kubeaccess
+from libdisplay.cli import compose
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_OPTIONS = (
+# The files that say how to reach and trust the API server: (flag, env, help).
+_FILES = (
+    ("--api-token-file", "KUBE_API_TOKEN_FILE",
+     "With --api-server: a bearer token file, re-read when it changes"),
+    ("--api-ca-file", "KUBE_API_CA_FILE",
+     "With an https --api-server: the CA that signed its certificate; default: the system's CAs"),
+    ("--kubeconfig", "KUBECONFIG", "A kubeconfig, to reach a cluster from outside it"),
+)
+
+_OPTIONS = compose(
     click.option(
         "--api-server",
         envvar="KUBE_API_SERVER",
         help="API server URL (http or https); default: --kubeconfig, else the pod's "
         "in-cluster service account (env KUBE_API_SERVER).",
     ),
-    click.option(
-        "--api-token-file",
-        envvar="KUBE_API_TOKEN_FILE",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="With --api-server: a bearer token file, re-read when it changes "
-        "(env KUBE_API_TOKEN_FILE).",
-    ),
-    click.option(
-        "--api-ca-file",
-        envvar="KUBE_API_CA_FILE",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="With an https --api-server: the CA that signed its certificate; default: the "
-        "system's CAs (env KUBE_API_CA_FILE).",
-    ),
-    click.option(
-        "--kubeconfig",
-        envvar="KUBECONFIG",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="A kubeconfig, to reach a cluster from outside it (env KUBECONFIG).",
-    ),
+    *(click.option(flag, envvar=envvar, type=click.Path(dir_okay=False, path_type=Path),
+                   help=f"{text} (env {envvar}).") for flag, envvar, text in _FILES),
 )
 
 
 def api_options(command: F) -> F:
     """Add --api-server, --api-token-file, --api-ca-file and --kubeconfig to `command`."""
-    for option in reversed(_OPTIONS):
-        command = option(command)
-    return command
+    return _OPTIONS(command)
 
 
 def endpoint(options: dict[str, Any]) -> kubeaccess.Endpoint:

@@ -16,39 +16,18 @@ from typing import Any, TypeVar
 import click
 
 from draplugin import options
-from libdisplay.cli import (
-    dev_root_option,
-    output_alias_option,
-    output_aliases,
-    runtime_dir_option,
-    shell_option,
-    sysfs_root_option,
-)
+from libdisplay.cli import compose, dev_root_option, node_options, output_aliases
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin.diagnose")
 
-
-def _compose(*decorators: Callable[[F], F]) -> Callable[[F], F]:
-    def apply(function: F) -> F:
-        for decorator in reversed(decorators):
-            function = decorator(function)
-        return function
-
-    return apply
-
-
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 
 # The operator's flags that shape what it writes.
-_operator_options = _compose(
-    sysfs_root_option,
-    dev_root_option,
-    output_alias_option,
-    shell_option,
+_operator_options = compose(
+    node_options,
     options.weston_config,
     options.plugin_dir,
-    runtime_dir_option,
     options.container_runtime_dir,
     options.socket,
     options.delivery,

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner, Result
@@ -255,3 +256,23 @@ def test_cdi_checks_ddc_settings_against_the_monitors_bus(tree: Path, tmp_path: 
     refused = _run("dry-run", "cdi", str(unknown), *_tree_args(tree), f"--node-name={NODE}")
     assert refused.exit_code == 1
     assert "'SCART-9'" in refused.stderr
+
+
+def _flags(command: click.Command) -> dict[str, tuple[object, ...]]:
+    return {p.name: (tuple(p.opts), getattr(p, "envvar", None), p.default,
+                     p.type.to_info_dict()) for p in command.params if p.name}
+
+
+@pytest.mark.parametrize("name", ["weston-ini", "slice", "cdi"])
+def test_a_dry_runs_flags_are_the_operators(name: str) -> None:
+    """The same pod environment gives the dry run the node the operator reads: each flag the
+    operator has is the operator's, by name, variable, default and type."""
+    assert isinstance(cli, click.Group)
+    operator = _flags(cli.commands["operator"])
+    dry_run = cli.commands["dry-run"]
+    assert isinstance(dry_run, click.Group)
+    flags = _flags(dry_run.commands[name])
+    shared = {n: f for n, f in flags.items() if n in operator}
+    assert {"sysfs_root", "dev_root", "output_alias", "shell", "runtime_dir", "weston_config",
+            "plugin_dir", "container_runtime_dir", "socket", "delivery"} <= set(shared)
+    assert shared == {n: operator[n] for n in shared}
