@@ -7,6 +7,7 @@ the tests of this module share one node at a time (module order), and run as roo
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -285,6 +286,39 @@ def test_the_start_mode_example_applied_by_a_person_is_the_mode_after_a_roll(
     assert compositor_restarts("ordered") == 0
     found = node.control.person.get(DISPLAYS, display)
     assert found is not None and found["spec"]["mode"] == "1024x768@60"
+    assert denials(node) == []
+
+
+def _served_certificate() -> bytes | None:
+    try:
+        pem = ssl.get_server_certificate(("127.0.0.1", 9201), timeout=10)
+    except OSError:
+        return None  # capture restarting
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def test_the_capture_secret_made_while_the_pod_runs_is_served_without_a_restart(
+        node: pod_node.PodNode, tmp_path: Path) -> None:
+    """The optional Secret volume: absent at start (capture serves its self-signed leaf), then
+    created through the API, projected by the runner as the kubelet does, and served."""
+    assert node.pod is not None
+    wait_for(lambda: _served_certificate() is not None, what="capture serving TLS")
+    before = _served_certificate()
+    restarts = statuses(node, "containerStatuses")["capture"]["restartCount"]
+    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=capture.test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+              "metadata": {"name": "display-capture-server"},
+              "data": {name: base64.b64encode(path.read_bytes()).decode()
+                       for name, path in (("tls.crt", cert), ("tls.key", key))}}
+    node.control.admin.create(control.SECRETS, secret, namespace=node.template.namespace)
+    wanted = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    assert before != wanted
+    wait_for(lambda: _served_certificate() == wanted, what="capture serving the Secret's leaf")
+    assert statuses(node, "containerStatuses")["capture"]["restartCount"] == restarts
     assert denials(node) == []
 
 
