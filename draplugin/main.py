@@ -165,7 +165,8 @@ def operator(**options: Any) -> None:
         raise click.ClickException(f"{err}; fix or move it by hand") from err
     if node is not None:
         node.runtime.add_availability_listener(_restore_when_back(driver))
-        node.runtime.follow_connectors_with(driver.follow_connectors)
+        node.runtime.follow_connectors_with(
+            lambda plugged: driver.follow_connectors(plugged=plugged))
     server = PluginServer(settings, driver, health=node.health if node else None)
 
     def on_signal(signum: int, _frame: object) -> None:
