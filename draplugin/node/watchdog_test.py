@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,50 +41,58 @@ def _steps_until(dog: watchdog.Watchdog, *,
     return asyncio.run(main())
 
 
-def test_hung_compositor_is_killed_after_three_probes(tmp_path: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class _Watched:
+    compositor: weston.Weston
+    dog: watchdog.Watchdog
+    heard: list[watchdog.Availability]
+    first: list[Liveness | None]  # the states probed until it was available
+
+
+@contextlib.contextmanager
+def _watched(tmp_path: Path) -> Iterator[_Watched]:
+    """A headless weston named by the pid file, and a watchdog that has seen it answer."""
     pid_file = tmp_path / "weston.pid"
     heard: list[watchdog.Availability] = []
     with weston.headless(renderer="noop") as w:
         pid_file.write_text(f"{w.process.pid}\n")
         dog = _dog(w.socket, pid_file, heard)
-        assert _steps_until(dog, until="available") == [Liveness.ANSWERING]
+        yield _Watched(w, dog, heard, _steps_until(dog, until="available"))
+
+
+def test_hung_compositor_is_killed_after_three_probes(tmp_path: Path) -> None:
+    with _watched(tmp_path) as watched:
+        w = watched.compositor
+        assert watched.first == [Liveness.ANSWERING]
         w.process.send_signal(signal.SIGSTOP)
-        seen = _steps_until(dog, until="killed")
+        seen = _steps_until(watched.dog, until="killed")
         assert seen == [Liveness.HUNG] * 3
         assert w.process.wait(timeout=10) == -signal.SIGKILL
-    assert [(a.available, a.state) for a in heard] == [
+    assert [(a.available, a.state) for a in watched.heard] == [
         (True, Liveness.ANSWERING), (False, Liveness.HUNG)]
 
 
 def test_hang_that_ends_in_time_recovers_without_kill(tmp_path: Path) -> None:
-    pid_file = tmp_path / "weston.pid"
-    heard: list[watchdog.Availability] = []
-    with weston.headless(renderer="noop") as w:
-        pid_file.write_text(f"{w.process.pid}\n")
-        dog = _dog(w.socket, pid_file, heard)
-        _steps_until(dog, until="available")
+    with _watched(tmp_path) as watched:
+        w, dog = watched.compositor, watched.dog
         w.process.send_signal(signal.SIGSTOP)
         assert [asyncio.run(dog.step()).state for _ in range(2)] == [Liveness.HUNG] * 2
         w.process.send_signal(signal.SIGCONT)
         _steps_until(dog, until="available")
         assert dog.kills == 0 and not w.process.exited()
-    assert [a.available for a in heard] == [True, False, True]
+    assert [a.available for a in watched.heard] == [True, False, True]
 
 
 def test_one_missed_probe_is_not_an_outage(tmp_path: Path) -> None:
     """A compositor slow to answer once (a loaded node) is not tainted: no flap, no rewrite."""
-    pid_file = tmp_path / "weston.pid"
-    heard: list[watchdog.Availability] = []
-    with weston.headless(renderer="noop") as w:
-        pid_file.write_text(f"{w.process.pid}\n")
-        dog = _dog(w.socket, pid_file, heard)
-        _steps_until(dog, until="available")
+    with _watched(tmp_path) as watched:
+        w, dog = watched.compositor, watched.dog
         w.process.send_signal(signal.SIGSTOP)
         assert asyncio.run(dog.step()).state is Liveness.HUNG
         assert dog.available
         w.process.send_signal(signal.SIGCONT)
         assert asyncio.run(dog.step()).state is Liveness.ANSWERING
-    assert [a.available for a in heard] == [True]
+    assert [a.available for a in watched.heard] == [True]
 
 
 def test_dead_compositor_is_unavailable_and_not_killed(tmp_path: Path) -> None:
