@@ -7,11 +7,13 @@ and its release, a monitor pulled and plugged back, a hung compositor, and last 
 which no process of the node may be left. The node's fake apiserver runs inside `up`; the tests
 read it over HTTP at the URL in the state file.
 
-Then `up --kubeconfig` publishes a second node into a "real" cluster: a FakeKube in this test
-process, reached through a kubeconfig with a token and a non-current context. Its Node is
-created labelled and tainted, its slice and Displays appear there, `status` and `claim` work
-through the kubeconfig, and stopping `up` deletes the Node and the slice. A cluster without the
-Display CRD fails `up` before anything starts.
+Then `up --kubeconfig` runs the pod in a "real" cluster: a FakeKube with TLS and RBAC in this
+test process, the base (but its DaemonSet) applied by its owner, reached through a kubeconfig
+with a token and a non-current context. All four containers run; the Node is created labelled
+and tainted; the slice and Displays appear there, written as the manifest's ServiceAccount
+(with a token the user requested), with no request denied; `status` and `claim` work through
+the kubeconfig; stopping `up` deletes the Node, the slice and the Pod. A cluster without one of
+the base's bindings fails `up` before anything starts, naming it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fakekube.server import FakeKube
 from libdisplay import display, mccs
@@ -38,7 +39,7 @@ from libdisplay.ddc_socket import SocketBusError, SocketI2c
 from libdisplay.processes import Process, start
 from libdisplay.wayland import list_outputs
 from simnode.api import Access, Api
-from simnode.cluster import display_crd
+from simnode.pod.testing import render_base, stand_in_cluster, user_kubeconfig
 from simnode.report import READY_LINE, JsonObject, slice_devices
 from simnode.state import NODE_LABEL, NODE_NAME, Layout, alive
 
@@ -262,24 +263,12 @@ def test_sigterm_stops_and_reaps_every_process(sim: Sim) -> None:
     assert not sim.layout.state_file.exists()
 
 
-# --- `up --kubeconfig`: the node published into a cluster of its own ---------------------
+# --- `up --kubeconfig`: the pod in a cluster of its own ---------------------------------
 
 REMOTE_NODE = "sim-kube-1"
-
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    """The cluster is the context `sim`, with a token; the current context is a dead server,
-    so a binary that read the current context instead would fail."""
-    doc = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
-        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}},
-                     {"name": "sim", "context": {"cluster": "sim", "user": "u"}}],
-        "clusters": [{"name": "dead", "cluster": {"server": "http://127.0.0.1:1"}},
-                     {"name": "sim", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "simnode-test-token"}}],
-    }
-    path.write_text(yaml.safe_dump(doc))
-    return path
+REMOTE_USER = "simnode-user"
+SERVICE_ACCOUNT = "system:serviceaccount:display-operator:display-operator"
+CONTAINERS = ("declare", "weston", "operator", "capture")
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,14 +286,26 @@ class Published:
         return {d["metadata"]["name"] for d in self.objects(display.API_VERSION, display.KIND)
                 if d["metadata"]["labels"][display.NODE_LABEL] == REMOTE_NODE}
 
+    def writers(self, path: str) -> set[str]:
+        """Who wrote under `path` (POST, PUT, PATCH, DELETE), by the fake's request log."""
+        return {r.user for r in self.kube.request_log()
+                if r.path.startswith(path) and r.method != "GET"}
+
+    def containers(self) -> dict[str, JsonObject]:
+        snap = json.loads(self.sim.layout.pod_file.read_text())
+        return {c["name"]: c for c in snap["containers"]}
+
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    """A FakeKube with TLS and RBAC as the real cluster: the base (but its DaemonSet) applied
+    by its owner, and a user who may do what `up --kubeconfig` does."""
     work = tmp_path_factory.mktemp("simnode-kube")
-    kube = FakeKube().start()
+    kube = FakeKube(tls=True, authorize=True).start()
     try:
-        kube.register_crd(display_crd())
-        kubeconfig = _kubeconfig(work / "kubeconfig", kube.url)
+        token = stand_in_cluster(kube, render_base(), user=REMOTE_USER)
+        kubeconfig = user_kubeconfig(work / "kubeconfig", server=kube.url, ca_pem=kube.ca_pem,
+                                     token=token)
         with _running(work, f"--kubeconfig={kubeconfig}", "--context=sim",
                       f"--node-name={REMOTE_NODE}") as node:
             yield Published(kube=kube, sim=node)
@@ -312,7 +313,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         kube.stop()
 
 
-def test_kubeconfig_up_publishes_a_labelled_and_tainted_node(published: Published) -> None:
+def test_kubeconfig_up_runs_the_pod_with_the_service_accounts_identity(
+        published: Published) -> None:
     node = published.node()
     assert node is not None
     assert node["metadata"]["labels"][NODE_LABEL] == "true"
@@ -320,14 +322,23 @@ def test_kubeconfig_up_publishes_a_labelled_and_tainted_node(published: Publishe
     assert any(c["type"] == "Ready" and c["status"] == "True"
                for c in node["status"]["conditions"])
     assert set(slice_devices(published.objects, REMOTE_NODE)) == set(DEVICES)
-    (owned,) = (s for s in published.objects("resource.k8s.io/v1", "ResourceSlice")
-                if s["spec"]["nodeName"] == REMOTE_NODE)
-    assert owned["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    containers = published.containers()
+    assert set(containers) == set(CONTAINERS)
+    assert containers["declare"]["state"]["terminated"]["reason"] == "Completed"
+    assert [c for c in CONTAINERS[1:] if "running" not in containers[c]["state"]] == []
+    (pod,) = published.objects("v1", "Pod")
+    assert pod["spec"]["nodeName"] == REMOTE_NODE
+    assert [s["name"] for s in pod["status"]["initContainerStatuses"]] == ["declare", "weston"]
     expected = {f"{REMOTE_NODE}.{device}" for device in DEVICES}
     published.sim.wait(lambda: published.displays() == expected, timeout=DDC_TIMEOUT_S,
                        what="a Display per monitor in the cluster")
-    log = published.sim.process.log_text()
-    assert "only pods that tolerate the taint land on it" in log
+    # The operator's writes carry the manifest's ServiceAccount; the user's only the Node's,
+    # the Pod's and its token's.
+    assert published.writers("/apis/resource.k8s.io/v1/resourceslices") == {SERVICE_ACCOUNT}
+    assert published.writers("/apis/display.liken.sh/") == {SERVICE_ACCOUNT}
+    assert published.writers("/api/v1/namespaces/display-operator/serviceaccounts/") == {
+        REMOTE_USER}
+    assert published.kube.denials() == []
     state = published.sim.state()
     assert (state["api_url"], state["context"]) == (published.kube.url, "sim")
     assert published.kube.get("v1", "Node", NODE_NAME) is None, "only the node asked for"
@@ -339,42 +350,47 @@ def test_kubeconfig_status_and_claim_reach_the_same_cluster(published: Published
     for device in DEVICES:
         assert f"  {device}: connector=" in status
         assert f"{REMOTE_NODE}.{device}: connected=True" in status
-    assert "kubeconfig:" in status and "(context sim)" in status
+    assert "(context sim)" in status
     uid = sim.run("claim", "card0-dp-1", "--mode=1024x768@60").split()[-1]
-    assert sim.modes()["X2"] == "1024x768@60"
+    sim.wait(lambda: sim.modes()["X2"] == "1024x768@60", timeout=HANG_TIMEOUT_S,
+             what="weston at the claim's mode")
     (claim,) = published.objects("resource.k8s.io/v1", "ResourceClaim")
     assert claim["metadata"]["uid"] == uid
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert (result["pool"], result["device"]) == (REMOTE_NODE, "card0-dp-1")
-    assert uid in sim.run("status")
     sim.run("release", uid)
-    assert sim.modes()["X2"] == "1280x1024@60"
+    sim.wait(lambda: sim.modes()["X2"] == "1280x1024@60", timeout=HANG_TIMEOUT_S,
+             what="weston back at the preferred mode")
     assert published.objects("resource.k8s.io/v1", "ResourceClaim") == []
+    assert published.kube.denials() == []
 
 
-def test_kubeconfig_stop_deletes_the_node_and_its_slice(published: Published) -> None:
+def test_kubeconfig_stop_deletes_the_node_its_slice_and_the_pod(published: Published) -> None:
     sim = published.sim
     pids = [*sim.state()["pids"].values(), int(sim.layout.weston_pid.read_text())]
     sim.process.send_signal(signal.SIGTERM)
-    assert sim.process.wait(timeout=60.0) == 0
+    assert sim.process.wait(timeout=120.0) == 0
     assert sim.process.log_contains(f"Node {REMOTE_NODE}")
     assert published.node() is None
-    assert slice_devices(published.objects, REMOTE_NODE) == {}
     assert published.objects("resource.k8s.io/v1", "ResourceSlice") == []
+    assert published.objects("v1", "Pod") == []
     assert len(published.displays()) == len(DEVICES), "Displays are records of monitors: kept"
     assert [p for p in pids if alive(p)] == []
     assert _processes_naming(str(sim.layout.root)) == []
     assert not sim.layout.state_file.exists()
-    assert not sim.layout.kubeconfig.exists(), "the copy holding the token is removed"
+    assert published.kube.denials() == []
 
 
-def test_kubeconfig_cluster_without_the_display_crd_fails_before_starting(
+def test_kubeconfig_cluster_without_a_binding_fails_before_starting(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # Short, as the node's sockets would be under it were it to start.
-    tmp_path = tmp_path_factory.mktemp("nocrd")
-    with FakeKube() as kube:
-        kubeconfig = _kubeconfig(tmp_path / "kubeconfig", kube.url)
+    tmp_path = tmp_path_factory.mktemp("nobinding")
+    with FakeKube(tls=True, authorize=True) as kube:
+        token = stand_in_cluster(kube, render_base(), user=REMOTE_USER,
+                                 omit=("ClusterRoleBinding display-operator",))
+        kubeconfig = user_kubeconfig(tmp_path / "kubeconfig", server=kube.url,
+                                     ca_pem=kube.ca_pem, token=token)
         layout = Layout(tmp_path / "node")
         process = start(_up_argv(layout, f"--kubeconfig={kubeconfig}", "--context=sim"),
                         log_path=tmp_path / "up.log", env=_env(tmp_path))
@@ -383,9 +399,9 @@ def test_kubeconfig_cluster_without_the_display_crd_fails_before_starting(
         finally:
             process.stop(grace=30.0)
         log = process.log_text()
-        assert "Display CRD (displays.display.liken.sh) is not installed" in log
-        assert "kubectl apply -k deploy/base/cluster" in log
-        assert kube.objects("v1", "Node") == [], "no Node published"
+        assert "ClusterRoleBinding display-operator: missing" in log
+        assert "simnode prerequisites | kubectl" in log
+        assert kube.objects("v1", "Node") == [] and kube.objects("v1", "Pod") == []
     assert not (layout.logs / "xvfb.log").exists(), "no child was started"
     assert not layout.state_file.exists()
     assert _processes_naming(str(layout.root)) == []

@@ -46,7 +46,7 @@ from simnode.pod.podman import PodmanLauncher
 from simnode.pod.runner import PodRunner
 from simnode.pod.tokens import AccountProjection
 from simnode.pod.volumes import PodVolumes, clear, project
-from simnode.up import serve_monitors, stop_monitors, use_trixie_compositor
+from simnode.up import UpError, serve_monitors, stop_monitors, use_trixie_compositor
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ MODULEDIR: Final = Path("usr/lib/x86_64-linux-gnu/weston")
 LAYOUT_BUILD: Final = Path("westonctl") / "layout" / "build.sh"
 
 
-class NodeError(Exception):
+class NodeError(UpError):
     """The node or its pod could not start; the message says which part and where its log is."""
 
 

@@ -134,13 +134,16 @@ def test_the_projected_token_is_renewed_before_it_expires(
         issue=lambda: cluster.issue_token(template.namespace, template.service_account, pod))
     projection.start()
     try:
-        first = current(tmp_path / "sa")
+        first, issued = current(tmp_path / "sa"), projection.current
         assert first is not None and first["ca.crt"] == kube.ca_pem
         assert first["namespace"] == b"display-operator"
-        wait_for(lambda: current(tmp_path / "sa") != first, timeout=20.0,
-                 what="the token file rewritten")
-        renewed = (tmp_path / "sa" / "token").read_text()
-        assert renewed != first["token"].decode()
+        assert issued is not None and issued.expires_at is not None
+        wait_for(lambda: projection.current is not issued, timeout=20.0,
+                 what="a new token requested")
+        renewed = projection.current
+        assert renewed is not None and renewed.token != issued.token
+        assert renewed.issued_at < issued.expires_at, "renewed before the old one expired"
+        assert current(tmp_path / "sa") != first, "the file was rewritten (before `current`)"
         wait_for(lambda: call(kube.url, "GET", "/api/v1/nodes/x", token=first["token"].decode(),
                               ca=kube.ca_pem).code == 401, timeout=20.0,
                  what="the first token expired")
