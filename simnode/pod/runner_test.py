@@ -14,7 +14,9 @@ from simnode.pod.testing import DECLARE_IMAGE, NODE, WESTON_IMAGE, ToyPod, free_
 
 Make = Callable[[dict[str, Any]], ToyPod]
 # A shell loop that records SIGTERM in /host/order and exits 0 on it.
-LOOP = "trap 'echo {name} >> /host/order; exit 0' TERM; while :; do sleep 0.05; done"
+# The trap comes first: a SIGTERM before it would end the shell unrecorded.
+TRAP = "trap 'echo {name} >> /host/order; exit 0' TERM; "
+LOOP = TRAP + "while :; do sleep 0.05; done"
 
 
 def sh(script: str) -> list[str]:
@@ -38,7 +40,8 @@ def test_order_mounts_env_and_capabilities(toy_pod: Make) -> None:
         ],
         "containers": [{
             "name": "main", "image": DECLARE_IMAGE,
-            "command": sh("cat /shared/file > /host/seen; echo \"$NODE $POD\" > /host/env;"
+            "command": sh(TRAP.format(name="main") +
+                          "cat /shared/file > /host/seen; echo \"$NODE $POD\" > /host/env;"
                           " grep CapEff /proc/self/status > /host/caps;"
                           " touch /ro/x 2> /host/ro-error; ls /var/run/secrets > /host/sa 2>&1;"
                           + LOOP.format(name="main")),
