@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fakekube.server import FakeKube
 from fakekube.testing import call
 from simnode.api import KubeconfigUnusableError
 from simnode.pod import preflight, remote
+from simnode.pod import up as pod_up
 from simnode.pod.manifest import daemonset, pod_template
-from simnode.pod.testing import render_base, stand_in_cluster, user_kubeconfig, wait_for
+from simnode.pod.testing import REPO, render_base, stand_in_cluster, user_kubeconfig, wait_for
 from simnode.pod.tokens import AccountProjection
 from simnode.pod.volumes import current
 
@@ -55,6 +57,14 @@ def test_a_cluster_with_the_base_passes(kube: FakeKube, tmp_path: Path,
     assert cluster.service_address == (kube.host, kube.port)
     assert cluster.ca_pem == kube.ca_pem
     assert kube.denials() == [], "the user's rights cover the checks"
+
+
+def test_applying_what_prerequisites_prints_satisfies_the_preflight(
+        kube: FakeKube, tmp_path: Path, base: list[JsonObject]) -> None:
+    printed = [d for d in yaml.safe_load_all(pod_up.prerequisites(REPO)) if d]
+    assert "DaemonSet" not in {d["kind"] for d in printed}
+    cluster = _remote(kube, tmp_path, printed)
+    assert preflight.problems(cluster.api, base) == []
 
 
 def test_a_missing_binding_is_named_with_the_command_that_fixes_it(
