@@ -242,7 +242,10 @@ class PodRunner:
 
     def _waiting_on(self) -> str:
         for state in self.states.values():
-            if not state.completed and "running" not in state.state:
+            # A plain init container holds the pod until it completes, running or not.
+            plain_init = (state.container in self.template.init_containers
+                          and not state.container.sidecar)
+            if not state.completed and ("running" not in state.state or plain_init):
                 last = state.last_state.get("terminated", {})
                 return (f"container {state.name} is {next(iter(state.state))}"
                         + (f" (last exit {last.get('exitCode')}, {last.get('reason')})"
