@@ -31,7 +31,14 @@ import yaml
 from libdisplay import fsutil
 from simnode.pod import control, images, simcard
 from simnode.pod.assemble import Assembler, CdiEdits, Machine
-from simnode.pod.manifest import Container, PodTemplate, Volume, daemonset, load_documents, pod_template
+from simnode.pod.manifest import (
+    Container,
+    PodTemplate,
+    Volume,
+    daemonset,
+    load_documents,
+    pod_template,
+)
 from simnode.pod.node import MODULEDIR
 from simnode.pod.up import render
 from simnode.pod.volumes import PodVolumes

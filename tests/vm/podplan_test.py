@@ -150,7 +150,7 @@ def fake_api(tmp_path: Path, rendered: str,
     with log_path.open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "fakekube", *flags], stdout=log,
                                 stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=lambda: os.setpgid(0, 0))
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + START_S
         while (found := pod.api_announcement(log_path.read_text())) is None:
