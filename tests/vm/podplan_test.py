@@ -121,11 +121,12 @@ def test_write_puts_the_plan_and_the_fakes_objects_in_the_share(tmp_path: Path) 
 
 def test_make_volumes_keeps_hostpaths_and_makes_the_pods_own_fresh(tmp_path: Path) -> None:
     host, empty = tmp_path / "host", tmp_path / "etc-weston"
-    plan = {"volumes": [{"name": "h", "kind": "hostPath", "path": str(host),
-                         "type": "DirectoryOrCreate"},
-                        {"name": "e", "kind": "emptyDir", "path": "", "type": ""}],
-            "containers": [{"name": "c", "mounts": [
-                {"volume": "h", "path": str(host)}, {"volume": "e", "path": str(empty)}]}]}
+    plan: dict[str, Any] = {
+        "volumes": [{"name": "h", "kind": "hostPath", "path": str(host),
+                     "type": "DirectoryOrCreate"},
+                    {"name": "e", "kind": "emptyDir", "path": "", "type": ""}],
+        "containers": [{"name": "c", "mounts": [
+            {"volume": "h", "path": str(host)}, {"volume": "e", "path": str(empty)}]}]}
     pod.make_volumes(plan)
     (host / "kept").write_text("x")
     (empty / "old").write_text("x")
