@@ -6,7 +6,8 @@ ClusterRoles and their bindings) must be in the cluster as the base renders them
 rules differ, or a binding whose role or subjects differ, counts as missing, since the pod's
 rights are to be the manifest's. The cluster must serve `resource.k8s.io/v1` (Kubernetes 1.34
 or later). And the base's DaemonSet must not be there: its controller adopts every orphaned Pod
-its selector matches, and it would delete simnode's from a node it does not tolerate.
+its selector matches and runs its own pod on every node it tolerates (the base tolerates every
+taint, the simulated node's too), so simnode's Pod would be taken over and replaced.
 
 `PrerequisiteError` names every object missing or different and the command that applies them
 (`simnode prerequisites`, the base without its DaemonSet, piped to `kubectl apply`).
@@ -74,8 +75,9 @@ def problems(api: Api, docs: Iterable[JsonObject]) -> list[str]:
             if api.get(control.resource_of(obj), str(meta["name"]),
                        namespace=namespace) is not None:
                 found_problems.append(
-                    f"{_name(obj)}: runs in the cluster, and its controller would adopt and"
-                    " delete simnode's Pod (delete it, or use a cluster without it)")
+                    f"{_name(obj)}: runs in the cluster, and its controller would adopt"
+                    " simnode's Pod (same labels) and replace it with its own (delete the"
+                    " DaemonSet, or use a cluster without it)")
             continue
         if kind not in CHECKED_KINDS:
             continue
