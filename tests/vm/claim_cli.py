@@ -1,28 +1,35 @@
-"""The scheduler and kubelet of the VM tier, as one command the guest runs (a PEX: it needs gRPC).
+"""The scheduler, the kubelet and a consumer of the VM tier, as one command the guest runs (a
+PEX: it needs gRPC, and the consumer is tests/support/layout.py's client).
 
     claim prepare --api URL --registration SOCKET --node NODE --device DEV [--mode MODE] NAME
     claim unprepare --api URL --registration SOCKET NAME UID
+    claim show --socket PATH --colour R,G,B
 
 `prepare` creates ResourceClaim NAME in `default`, allocates DEV of pool NODE to it with the
 claim's DisplayConfig (as the scheduler writes status.allocation), then asks the operator to
 prepare it the way the kubelet does (fakekube.kubelet); prints {"uid", "error"} as JSON.
 `unprepare` asks the operator to unprepare it and deletes the claim; prints {"error"}.
+`show` is the claim's app: one toplevel of a solid colour on the claim's Wayland socket; it
+prints {"shown", "configured"} once the compositor has processed its first frame (or
+{"error"}, exiting 1, when it has not within SHOW_TIMEOUT_S) and stays until SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fakekube.kubelet import Claim, Kubelet
-
 DRIVER = "display.liken.sh"
 NAMESPACE = "default"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+SHOW_TIMEOUT_S = 120.0
+"""Connect to first frame processed: a round trip or two, but weston shares two emulated CPUs."""
 
 
 def _call(api: str, method: str, path: str, body: Any = None,
@@ -35,6 +42,8 @@ def _call(api: str, method: str, path: str, body: Any = None,
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
+    from fakekube.kubelet import Claim, Kubelet  # gRPC: only for the kubelet's calls
+
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": args.name, "namespace": NAMESPACE},
              "spec": {"devices": {"requests": [
@@ -57,10 +66,41 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def unprepare(args: argparse.Namespace) -> dict[str, Any]:
+    from fakekube.kubelet import Claim, Kubelet
+
     with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
         error = kubelet.unprepare([Claim(uid=args.uid, name=args.name, namespace=NAMESPACE)])
     _call(args.api, "DELETE", f"{CLAIMS}/{args.name}")
     return {"error": error[args.uid]}
+
+
+def colour(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.isdecimal() and int(p) <= 255 for p in parts):
+        raise argparse.ArgumentTypeError(f"--colour must be R,G,B of 0-255, got {text!r}")
+    red, green, blue = (int(p) for p in parts)
+    return red, green, blue
+
+
+def show(args: argparse.Namespace) -> int:
+    from tests.support.layout import ClientError, SolidClient
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        client = SolidClient(Path(args.socket), colour=args.colour)
+    except ClientError as err:
+        print(json.dumps({"error": str(err)}), flush=True)
+        return 1
+    with client:
+        if not client.shown.wait(SHOW_TIMEOUT_S) or client.error is not None:
+            why = client.error or f"not shown within {SHOW_TIMEOUT_S:g} s"
+            print(json.dumps({"error": str(why)}), flush=True)
+            return 1
+        print(json.dumps({"shown": True, "configured": client.configured}), flush=True)
+        while not stop.wait(1.0) and not client.closed.is_set():
+            pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.choices["prepare"].add_argument("--device", required=True)
     sub.choices["prepare"].add_argument("--mode")
     sub.choices["unprepare"].add_argument("uid")
+    shower = sub.add_parser("show")
+    shower.add_argument("--socket", required=True)
+    shower.add_argument("--colour", required=True, type=colour)
     args = parser.parse_args(argv)
+    if args.command == "show":
+        return show(args)
     result = prepare(args) if args.command == "prepare" else unprepare(args)
     print(json.dumps(result), flush=True)
     return 0

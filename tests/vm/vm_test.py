@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.vm import qemu, tier
+from tests.vm.guest import pixels
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DISPLAY_OPERATOR_VM") != "1" or shutil.which("qemu-system-x86_64") is None
@@ -27,6 +28,11 @@ pytestmark = pytest.mark.skipif(
 
 # Heads as the scenario plugs them: head N is the connector Virtual-(N+1).
 MODES = {0: (1920, 1080), 1: (1280, 800), 2: (1024, 768)}
+CLAIM_COLOUR = (230, 20, 160)  # guest/scenario.py's app
+# Pixman scans out the app's XRGB buffer unchanged, so nearly every pixel is the colour: the
+# bound leaves room for a frame edge only. Capture and dump are read from one framebuffer.
+COVERED = 0.99
+MAX_CAPTURE_DIFF = 2.0
 HOTPLUG_BOUND_S = float(os.environ.get("DISPLAY_OPERATOR_VM_HOTPLUG_BOUND", "5"))
 
 
@@ -42,7 +48,16 @@ def boot(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("vm")
     results = tier.run_boot(workdir, {name: _pex(name) for name in tier.BINARIES})
     results["workdir"] = os.fspath(workdir)
+    if keep := os.environ.get("DISPLAY_OPERATOR_VM_KEEP"):  # the session's tmp goes with it
+        shutil.copytree(workdir / "share" / "out", Path(keep) / workdir.parent.name)
     print(json.dumps({k: v for k, v in results.items() if k != "host"}, indent=1)[:20000])
+    if results.get("errors"):  # the workdir goes with the session: keep what explains it
+        for log in sorted((workdir / "share" / "out" / "logs").glob("*.log")):
+            print(f"-- {log.name}:", *log.read_text(errors="replace").splitlines()[-15:],
+                  sep="\n")
+    host = results["host"]
+    print(f"VM tier wall time {host['wall_s']} s (share {host['share_s']} s, "
+          f"VM {host['vm_s']} s; target under 300 s)")
     return results
 
 
@@ -130,6 +145,45 @@ def test_a_claimed_mode_reaches_that_head_only_and_release_restores_it(
                                         "Virtual-3": "1024x768"}
     assert found["release"]["error"] == ""
     assert (found["released"]["width"], found["released"]["height"]) == MODES[1]
+
+
+def _coverage(path: Path) -> float:
+    read = pixels.read_png if path.suffix == ".png" else pixels.read_ppm
+    return pixels.coverage(read(path), CLAIM_COLOUR)
+
+
+def test_a_claims_app_shows_on_its_head_alone_at_the_claimed_mode(boot: dict[str, Any]) -> None:
+    _reached(boot, "release")
+    found = boot["claims"]
+    assert found["app"].get("shown"), found["app"]
+    # The app was handed the claim's own socket, under the claim's directory (CDI's mount).
+    assert f"/claims/{found['prepare']['uid']}/" in found["app"]["socket"]
+    dumps = {head: _out(boot) / f"claimed-head{head}.ppm" for head in range(3)}
+    shares = {head: round(_coverage(path), 4) for head, path in dumps.items()}
+    print(f"the app's colour covers {shares} of heads 0-2")
+    assert pixels.read_ppm(dumps[1]).size == (1024, 768)
+    assert shares[1] >= COVERED
+    assert shares[0] == shares[2] == 0.0
+
+
+def test_a_capture_is_what_the_head_scans_out(boot: dict[str, Any]) -> None:
+    _reached(boot, "release")
+    found = boot["claims"]["captures"]
+    assert found["no_token"] == 401
+    figures = {}
+    for kind, output, head in (("claimed", "Virtual-2", 1), ("unclaimed", "Virtual-1", 0)):
+        assert found[kind]["status"] == 200, found[kind]["error"]
+        still = pixels.read_png(_out(boot) / f"capture-{output}.png")
+        dump = pixels.read_ppm(_out(boot) / f"captured-head{head}.ppm")
+        assert still.size == dump.size == (MODES[head] if kind == "unclaimed" else (1024, 768))
+        figures[kind] = {"diff": round(pixels.mean_abs_diff(still, dump), 3),
+                         "coverage": round(pixels.coverage(still, CLAIM_COLOUR), 4)}
+    print(f"capture against screendump: {figures}")
+    # Not two black frames: the claimed head's still holds the app, the other's does not.
+    assert figures["claimed"]["coverage"] >= COVERED
+    assert figures["unclaimed"]["coverage"] == 0.0
+    for kind, figure in figures.items():
+        assert figure["diff"] <= MAX_CAPTURE_DIFF, kind
 
 
 def test_unplug_and_replug_reach_the_slice_and_the_compositor(boot: dict[str, Any]) -> None:

@@ -24,14 +24,22 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
 import traceback
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.vm.guest import pixels
+else:  # the guest runs this file as a script, from beside pixels.py
+    import pixels  # pants: no-infer-dep
 
 SHARE = Path("/share")
 OUT = SHARE / "out"
@@ -57,6 +65,13 @@ HOTPLUG_BOUND_S = 5.0
 WAIT_S = 180.0
 """Bound of each start-up wait: TCG on a shared 2-core machine takes 20-50 s to start a PEX."""
 POLL_S = 0.1
+CLAIM_COLOUR = (230, 20, 160)
+"""What the claim's app fills its surface with: far from the layout shell's black background."""
+SHOWN_COVERAGE = 0.9
+"""The claimed head counts as showing the app once this share of a sampled dump is its colour."""
+CAPTURE = "https://127.0.0.1:9201"
+CAPTURE_VIEWER = "vm-viewer"
+CAPTURE_TOKEN = "vm-viewer-token"
 
 results: dict[str, Any] = {"steps": [], "errors": []}
 started = time.monotonic()
@@ -122,6 +137,21 @@ def start(name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
     return child
 
 
+def stop(name: str) -> int | None:
+    """SIGTERM the child `name` started last, and reap it (SIGKILL past the bound)."""
+    child = next(c for n, c in reversed(_children) if n == name)
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGTERM)
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait(5)
+    return child.returncode
+
+
 def stop_all() -> None:
     for name, child in reversed(_children):
         if child.poll() is None:
@@ -166,6 +196,13 @@ def sysfs_connectors() -> dict[str, dict[str, Any]]:
 
 def api_get(path: str) -> Any:
     with urllib.request.urlopen(API + path, timeout=10) as response:
+        return json.load(response)
+
+
+def api_post(path: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(API + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
 
 
@@ -311,6 +348,49 @@ def operator() -> None:
     results["clients_with_operator"] = drm_clients()
 
 
+def capture_server() -> None:
+    """The pod's fourth container, as its manifest runs it (deploy/base: CAPTURE_ADDR, NODE_NAME,
+    the TLS mount's default path, which is empty here so it serves a self-signed leaf), with
+    weston.ini's directory where this guest keeps /etc/weston and the in-guest fake API's
+    plain HTTP for the reviews. A viewer's token and its RBAC grant are the fake's policy."""
+    step("capture server")
+    start("capture", [*pod_binary("capture"), "capture"], CAPTURE_ADDR=":9201", NODE_NAME=NODE,
+          CAPTURE_WESTON_INI=os.fspath(ETC / "weston.ini"), CAPTURE_KUBE_URL=API)
+    api_post("/_fakekube/token", {"token": CAPTURE_TOKEN, "username": CAPTURE_VIEWER,
+                                  "audiences": ["display-capture"]})
+    api_post("/_fakekube/allow", {"verb": "get", "resource": "displays",
+                                  "apiGroup": "display.liken.sh", "subresource": "capture",
+                                  "user": CAPTURE_VIEWER})
+
+
+def capture_get(path: str, token: str | None = CAPTURE_TOKEN) -> tuple[int, bytes]:
+    """An HTTPS GET of the capture server: its status and body. The leaf is self-signed (no
+    Secret is mounted), so it is not verified."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(CAPTURE + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def capture_answers() -> bool:
+    """Whether HTTPS answers at all; RuntimeError with its log's tail if the server exited."""
+    child = next(c for n, c in reversed(_children) if n == "capture")
+    try:
+        capture_get("/healthz", token=None)
+    except OSError:
+        if child.poll() is not None:
+            tail = (LOGS / "capture.log").read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"capture exited {child.returncode}: {tail}") from None
+        return False
+    return True
+
+
 def screendumps(prefix: str) -> dict[str, Any]:
     return {str(head): ask_host(op="screendump", head=head, name=f"{prefix}-head{head}")
             for head in range(3)}
@@ -338,9 +418,87 @@ def release(name: str, uid: str) -> dict[str, Any]:
     return answer
 
 
+def claim_socket(uid: str, device: str) -> Path:
+    """Where the claim's CDI device puts WAYLAND_DISPLAY, read as a runtime applies its edits:
+    the mount whose containerPath holds that path, mapped back to its hostPath."""
+    spec = json.loads((POD / "cdi" / f"k8s.display.liken.sh-display_{uid}.yaml").read_text())
+    edits = next(d for d in spec["devices"] if d["name"] == f"{uid}-{device}")["containerEdits"]
+    env = dict(e.split("=", 1) for e in edits["env"])
+    inside = Path(env["WAYLAND_DISPLAY"])
+    for mount in edits["mounts"]:
+        if inside.is_relative_to(mount["containerPath"]):
+            return Path(mount["hostPath"]) / inside.relative_to(mount["containerPath"])
+    raise RuntimeError(f"no mount of claim {uid} holds WAYLAND_DISPLAY={inside}")
+
+
+def accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(os.fspath(path))
+        except OSError:
+            return False
+    return True
+
+
+def log_json(name: str) -> dict[str, Any] | None:
+    """The first JSON line a child printed to its log, once it has."""
+    for line in (LOGS / f"{name}.log").read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            parsed: dict[str, Any] = json.loads(line)
+            return parsed
+    return None
+
+
+def show_app(uid: str, device: str) -> dict[str, Any]:
+    """The claim's app on its socket, without capabilities; its answer once shown."""
+    path = claim_socket(uid, device)
+    until(lambda: accepts(path), timeout=WAIT_S, what=f"the claim's socket {path} accepts")
+    child = start("app", [*NO_CAPS, *venv_binary("claim"), "show", f"--socket={path}",
+                          "--colour=" + ",".join(map(str, CLAIM_COLOUR))])
+    answer: dict[str, Any] = until(lambda: log_json("app") or (
+        child.poll() is not None and {"error": f"exited {child.returncode}"}),
+        timeout=WAIT_S, what="the claim's app shown")
+    answer["socket"] = os.fspath(path)
+    return answer
+
+
+def dump_showing(head: int, name: str) -> dict[str, Any]:
+    """Dump `head` until the app's colour covers it (the frame after the commit may not have
+    been scanned out yet); the last dump's reply and coverage."""
+    deadline = time.monotonic() + 60
+    attempt = 0
+    while True:
+        attempt += 1
+        reply = ask_host(op="screendump", head=head, name=name)
+        share = pixels.coverage(pixels.read_ppm(OUT / f"{name}.ppm"), CLAIM_COLOUR, step=97)
+        if share >= SHOWN_COVERAGE or time.monotonic() > deadline:
+            return {**reply, "sampled_coverage": round(share, 4), "attempts": attempt}
+        time.sleep(0.5)
+
+
+def still_and_dump(output: str, head: int) -> dict[str, Any]:
+    """A still of `output` through the capture server, then head `head`'s scanout at once."""
+    status, body = capture_get(f"/api/v1/outputs/{output}/still.png")
+    dump = ask_host(op="screendump", head=head, name=f"captured-head{head}")
+    if status == 200:
+        (OUT / f"capture-{output}.png").write_bytes(body)
+    return {"status": status, "error": "" if status == 200 else body[:500].decode(errors="replace"),
+            "dump": dump}
+
+
+def captures() -> dict[str, Any]:
+    until(capture_answers, timeout=WAIT_S, what="the capture server answers HTTPS")
+    found: dict[str, Any] = {"no_token": capture_get("/api/v1/outputs/Virtual-2/still.png",
+                                                     token=None)[0]}
+    found["claimed"] = still_and_dump("Virtual-2", 1)
+    found["unclaimed"] = still_and_dump("Virtual-1", 0)
+    return found
+
+
 def claims() -> None:
-    """A claim stating a mode on head 1 restarts weston at it; its release restores the
-    preferred mode."""
+    """A claim stating a mode on head 1 restarts weston at it; its app's colour shows on that
+    head alone, and a capture of it (and of an unclaimed head) is what the head scans out; its
+    release restores the preferred mode."""
     step("claim a mode")
     found: dict[str, Any] = {}
     answer = claim("vm-mode", "card0-virtual-2", "1024x768@60")
@@ -349,7 +507,17 @@ def claims() -> None:
         until(lambda: (wayland_outputs() or {}).get("Virtual-2") == "1024x768", timeout=WAIT_S,
               what="Virtual-2 at the claimed 1024x768")
         found["claimed_outputs"] = wayland_outputs()
-        found["claimed"] = ask_host(op="screendump", head=1, name="claimed-head1")
+        step("the claim's app")
+        found["app"] = show_app(answer["uid"], "card0-virtual-2")
+        results["claims"] = found
+        if "error" not in found["app"]:
+            found["claimed"] = dump_showing(1, "claimed-head1")
+            found["others"] = {head: ask_host(op="screendump", head=head,
+                                              name=f"claimed-head{head}") for head in (0, 2)}
+            step("captures")
+            found["captures"] = captures()
+        stop("app")
+        step("release")
         found["release"] = release("vm-mode", answer["uid"])
         until(lambda: (wayland_outputs() or {}).get("Virtual-2") == "1280x800", timeout=WAIT_S,
               what="Virtual-2 back at its preferred 1280x800")
@@ -435,8 +603,8 @@ def main() -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     run(["busybox", "ip", "link", "set", "lo", "up"])
     try:
-        for part in (plug_heads, start_api, declare, compositor, operator, lit, claims, hotplug,
-                     watchdog):
+        for part in (plug_heads, start_api, declare, compositor, operator, capture_server, lit,
+                     claims, hotplug, watchdog):
             part()
         step("done")
     except Exception as err:
