@@ -16,7 +16,7 @@ Make = Callable[[dict[str, Any]], ToyPod]
 # A shell loop that records SIGTERM in /host/order and exits 0 on it.
 # The trap comes first: a SIGTERM before it would end the shell unrecorded.
 TRAP = "trap 'echo {name} >> /host/order; exit 0' TERM; "
-LOOP = TRAP + "while :; do sleep 0.05; done"
+LOOP = TRAP + "touch /host/{name}.trapped; while :; do sleep 0.05; done"
 
 
 def sh(script: str) -> list[str]:
@@ -29,7 +29,8 @@ def host_volume() -> dict[str, Any]:
 
 def test_order_mounts_env_and_capabilities(toy_pod: Make) -> None:
     pod = toy_pod({
-        "terminationGracePeriodSeconds": 5,
+        # Generous: a loaded machine must not turn the SIGTERM the test checks into a SIGKILL.
+        "terminationGracePeriodSeconds": 30,
         "initContainers": [
             {"name": "first", "image": DECLARE_IMAGE,
              "command": sh("echo from-init > /shared/file"),
@@ -65,6 +66,8 @@ def test_order_mounts_env_and_capabilities(toy_pod: Make) -> None:
     assert "running" in pod.container("side")["state"]
     emptydir = pod.volumes.source("shared")
     assert (emptydir / "file").exists()
+    wait_for(lambda: all((host / f"{n}.trapped").exists() for n in ("main", "side")),
+             timeout=30, what="both containers trap SIGTERM")
     pod.runner.stop()
     # The container before the sidecar, each on SIGTERM.
     assert (host / "order").read_text().split() == ["main", "side"]
