@@ -110,12 +110,6 @@ class Layout:
         """With the pod runner: a kubeconfig per actor (admin, scheduler, node, alice)."""
         return self.root / "identities"
 
-    @property
-    def kubeconfig(self) -> Path:
-        """For `up --context`: the kubeconfig of that context alone, which the binaries read
-        (they take the current context); it holds credentials, so `up` removes it."""
-        return self.root / "kubeconfig"
-
 
 @dataclass(frozen=True, slots=True)
 class State:
