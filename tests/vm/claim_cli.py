@@ -1,10 +1,12 @@
 """The scheduler, the kubelet and a consumer of the VM tier, as one command the guest runs (a
 PEX: it needs gRPC, and the consumer is tests/support/layout.py's client).
 
-    claim prepare --api URL --registration SOCKET --node NODE --device DEV [--mode MODE] NAME
-    claim unprepare --api URL --registration SOCKET NAME UID
+    claim prepare API_FLAGS --registration SOCKET --node NODE --device DEV [--mode MODE] NAME
+    claim unprepare API_FLAGS --registration SOCKET NAME UID
     claim show --socket PATH --colour R,G,B
 
+API_FLAGS are `--api URL --token-file FILE --ca-file FILE`: the API's HTTPS address, the
+bearer token of the identity that calls it and the CA its certificate is verified with.
 `prepare` creates ResourceClaim NAME in `default`, allocates DEV of pool NODE to it with the
 claim's DisplayConfig (as the scheduler writes status.allocation), then asks the operator to
 prepare it the way the kubelet does (fakekube.kubelet); prints {"uid", "error"} as JSON.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import ssl
 import sys
 import threading
 import urllib.request
@@ -32,12 +35,15 @@ SHOW_TIMEOUT_S = 120.0
 """Connect to first frame processed: a round trip or two, but weston shares two emulated CPUs."""
 
 
-def _call(api: str, method: str, path: str, body: Any = None,
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None,
           content_type: str = "application/json") -> Any:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(api + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
-    with urllib.request.urlopen(request, timeout=30) as response:
+    token = Path(args.token_file).read_text().strip()
+    request = urllib.request.Request(args.api + path, data=data, method=method,
+                                     headers={"Content-Type": content_type,
+                                              "Authorization": f"Bearer {token}"})
+    context = ssl.create_default_context(cafile=args.ca_file)
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
         return json.load(response)
 
 
@@ -48,7 +54,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
              "metadata": {"name": args.name, "namespace": NAMESPACE},
              "spec": {"devices": {"requests": [
                  {"name": "screen", "exactly": {"deviceClassName": DRIVER}}]}}}
-    uid = str(_call(args.api, "POST", CLAIMS, claim)["metadata"]["uid"])
+    uid = str(_call(args, "POST", CLAIMS, claim)["metadata"]["uid"])
     parameters: dict[str, Any] = {"apiVersion": "display.liken.sh/v1alpha1",
                                   "kind": "DisplayConfig"}
     if args.mode:
@@ -58,7 +64,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
                      "device": args.device}],
         "config": [{"source": "FromClaim", "requests": ["screen"],
                     "opaque": {"driver": DRIVER, "parameters": parameters}}]}}}}
-    _call(args.api, "PATCH", f"{CLAIMS}/{args.name}/status", allocation,
+    _call(args, "PATCH", f"{CLAIMS}/{args.name}/status", allocation,
           "application/merge-patch+json")
     with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
         answer = kubelet.prepare([Claim(uid=uid, name=args.name, namespace=NAMESPACE)])[uid]
@@ -70,7 +76,7 @@ def unprepare(args: argparse.Namespace) -> dict[str, Any]:
 
     with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
         error = kubelet.unprepare([Claim(uid=args.uid, name=args.name, namespace=NAMESPACE)])
-    _call(args.api, "DELETE", f"{CLAIMS}/{args.name}")
+    _call(args, "DELETE", f"{CLAIMS}/{args.name}")
     return {"error": error[args.uid]}
 
 
@@ -109,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("prepare", "unprepare"):
         p = sub.add_parser(name)
         p.add_argument("--api", required=True)
+        p.add_argument("--token-file", required=True)
+        p.add_argument("--ca-file", required=True)
         p.add_argument("--registration", required=True)
         p.add_argument("name")
     sub.choices["prepare"].add_argument("--node", required=True)

@@ -3,7 +3,8 @@
 The share holds what the guest runs: the PEXes as venvs of /usr/bin/python3.11 (made here:
 the guest holds the same bookworm python3.11 at the same path, build-support/vm/guest-image),
 the layout shell compiled in the host's trixie root (the guest's weston is the same 14.0.x),
-the objects the fake API starts with (the Display CRD, the Node), and the guest's scenario
+the pod's plan and the objects the fake API starts with (tests/vm/podplan.py: the rendered
+base's DaemonSet as each container runs, its RBAC, CRD and the Node), and the guest's scenario
 (tests/vm/guest/scenario.py). The guest writes `out/results.json`, its logs and EDID blobs;
 the host writes the screendumps it asks for into `out/`.
 
@@ -24,20 +25,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.vm import qemu
+from tests.vm import podplan, qemu
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
-DISPLAY_CRD = CHECKOUT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
 LAYOUT_BUILD = CHECKOUT / "westonctl" / "layout" / "build.sh"
 BINARIES = ("declare", "westonctl", "draplugin", "capture", "fakekube", "claim")
 PYTHON = "/usr/bin/python3.11"
 VENV_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 900.0
 """Boot to power-off of the whole scenario (measured about 90 s on TCG with nothing else)."""
-NODE = "vm"
 
 
 def venv(pex: Path, dest: Path) -> None:
@@ -54,14 +51,8 @@ def build_layout(out: Path) -> None:
     subprocess.run(["sh", os.fspath(LAYOUT_BUILD), os.fspath(out)], check=True, timeout=300)
 
 
-def objects() -> str:
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "vm-node-uid"}}
-    crd = yaml.safe_load(DISPLAY_CRD.read_text())
-    return yaml.safe_dump_all([crd, node])
-
-
 def make_share(share: Path, pexes: dict[str, Path]) -> None:
-    for sub in ("req", "ack", "out", "kube", "venv"):
+    for sub in ("req", "ack", "out", "kube", "pod", "venv"):
         (share / sub).mkdir(parents=True, exist_ok=True)
     # Two at a time: the machine has two cores, and each venv is mostly one busy process.
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -71,7 +62,7 @@ def make_share(share: Path, pexes: dict[str, Path]) -> None:
             job.result()
     for name in BINARIES:
         shutil.rmtree(share / "venv" / f".pex-{name}", ignore_errors=True)
-    (share / "kube" / "objects.yaml").write_text(objects())
+    podplan.write(share, CHECKOUT)
     shutil.copytree(GUEST_DIR, share / "guest", ignore=shutil.ignore_patterns("__pycache__"))
     run = share / "run"
     run.write_text("#!/bin/sh\n# The pod's network namespace: kernel uevents reach it, udevd's "

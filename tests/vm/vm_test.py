@@ -75,6 +75,29 @@ def test_the_scenario_ran_to_the_end(boot: dict[str, Any]) -> None:
     assert boot["steps"][-1]["name"] == "done"
 
 
+def _plan(boot: dict[str, Any]) -> dict[str, Any]:
+    plan: dict[str, Any] = json.loads((Path(boot["workdir"]) / "share" / "pod" / "plan.json")
+                                      .read_text())
+    return plan
+
+
+def test_each_container_runs_with_the_argv_and_env_of_the_plan(boot: dict[str, Any]) -> None:
+    """What the kernel holds for each container's process is the manifest's, as the host
+    planned it (tests/vm/podplan.py): no flag or variable of the scenario's own."""
+    _reached(boot, "screendumps")
+    for container in _plan(boot)["containers"]:
+        name = container["name"]
+        assert boot["cmdlines"][name] == container["argv"], name
+        assert boot["environs"][name] == container["env"], name
+
+
+def test_the_api_denied_the_pod_nothing(boot: dict[str, Any]) -> None:
+    """Every call of the pod's processes (their service account's token) and of the scenario
+    was one RBAC allows: the rendered base's roles are enough for the whole scenario."""
+    _reached(boot, "operator")
+    assert boot["denials"] == []
+
+
 def test_declare_reads_the_real_connectors_and_edids(boot: dict[str, Any]) -> None:
     _reached(boot, "westonctl")
     rows = {r["device"]: r for r in boot["connectors"]}

@@ -3,14 +3,18 @@
 `/share/run` starts it in a network namespace of its own (`unshare --net`): the pod's. There
 the kernel's uevents arrive and udevd's rebroadcast (in the guest's initial namespace) does not,
 as on a node with `hostUsers: true`. The fake API server runs in that namespace too, where a
-pod would reach its cluster's API over the network (lightkube speaks TCP only).
+pod would reach its cluster's API over the network (lightkube speaks TCP only): HTTPS with its
+own CA and RBAC, loaded with the rendered base's objects (guest/pod.py).
 
-The pod's four processes run the built PEXes (venvs the host made in /share/venv) as root
-without any capability (setpriv: empty bounding, inheritable and ambient sets, no_new_privs),
-against the real /sys/class/drm and /dev/dri/card0, in the order the kubelet uses: declare to
-completion, then westonctl (weston 14, drm backend, LIBSEAT_BACKEND=noop, the layout shell),
-then the operator. Host-side steps (plugging heads, QMP screendumps) go through the share's
-req/ and ack/ files (tests/vm/qemu.py RequestServer).
+The pod's four containers run as the host's plan states them (tests/vm/podplan.py: the
+manifest's args, env and mounts, the images' entrypoints as the venvs the host made in
+/share/venv; guest/pod.py): no flag of the scenario's own, the service account's token for the
+API, as root without any capability (setpriv: empty bounding, inheritable and ambient sets,
+no_new_privs), against the real /sys/class/drm and /dev/dri/card0, in the order the kubelet
+uses: declare to completion, then westonctl (weston 14, drm backend, LIBSEAT_BACKEND=noop, the
+layout shell), then the operator and the capture server. The scenario's own calls (claims,
+slices) are the cluster owner's, with the admin token. Host-side steps (plugging heads, QMP
+screendumps) go through the share's req/ and ack/ files (tests/vm/qemu.py RequestServer).
 
 Every step's findings go into /share/out/results.json, rewritten after each step, so a
 failure part-way still leaves what was seen; the host's tests assert on it. Every wait here
@@ -37,24 +41,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.vm.guest import pixels
-else:  # the guest runs this file as a script, from beside pixels.py
+    from tests.vm.guest import pixels, pod
+else:  # the guest runs this file as a script, from beside pixels.py and pod.py
     import pixels  # pants: no-infer-dep
+    import pod  # pants: no-infer-dep
 
 SHARE = Path("/share")
 OUT = SHARE / "out"
 LOGS = OUT / "logs"
 VENV = SHARE / "venv"
-POD = Path("/run/pod")
-ETC = POD / "etc"
-RUNTIME = Path("/run/display.liken.sh")
+PLAN = pod.load()
+ETC = Path("/etc/weston")
+RUNTIME = Path("/var/run/display.liken.sh")
 SOCKET = RUNTIME / "wayland-0"
-API = "http://127.0.0.1:8080"
+CDI = Path("/var/run/cdi")
+REGISTRATION = Path("/var/lib/kubelet/plugins_registry/display.liken.sh-reg.sock")
+CLUSTER = Path("/run/cluster")
+"""The admin's token and the API's CA, for the claim CLI."""
 NODE = "vm"
 SYS_DRM = Path("/sys/class/drm")
 DEBUGFS_CLIENTS = Path("/sys/kernel/debug/dri/0/clients")
-NO_CAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
-           "--no-new-privs", "--"]
+NO_CAPS = pod.NO_CAPS
 # Heads 1 and 2 are plugged at these sizes; head 0 comes up at QEMU's 1920x1080 (preferred
 # 75 Hz in its EDID, so weston picks that).
 PLUGGED = {1: (1280, 800), 2: (1024, 768)}
@@ -70,10 +77,11 @@ CLAIM_COLOUR = (230, 20, 160)
 SHOWN_COVERAGE = 0.9
 """The claimed head counts as showing the app once this share of a sampled dump is its colour."""
 CAPTURE = "https://127.0.0.1:9201"
-CAPTURE_VIEWER = "vm-viewer"
-CAPTURE_TOKEN = "vm-viewer-token"
+VIEWER = ("default", "screen-viewer")
+"""The ServiceAccount simnode's RBAC lets see every screen (simnode/pod/rbac.yaml)."""
 
-results: dict[str, Any] = {"steps": [], "errors": []}
+results: dict[str, Any] = {"steps": [], "errors": [], "cmdlines": {}, "environs": {}}
+cluster: dict[str, Any] = {}
 started = time.monotonic()
 
 
@@ -137,6 +145,31 @@ def start(name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
     return child
 
 
+def start_container(name: str) -> subprocess.Popen[bytes]:
+    """The plan's container `name`; its argv and env as the kernel holds them once it runs."""
+    child = pod.launch(pod.container(PLAN, name), (LOGS / f"{name}.log").open("ab"))
+    _children.append((name, child))
+    running = until(lambda: exec_done(child), timeout=WAIT_S, what=f"{name} past setpriv")
+    if running is not True:
+        results["cmdlines"].setdefault(name, running[0])
+        results["environs"].setdefault(name, running[1])
+    return child
+
+
+def exec_done(child: subprocess.Popen[bytes]) -> tuple[list[str], dict[str, str]] | bool:
+    """The child's cmdline and environ once setpriv has exec'd it (the same cmdline before
+    and after reading environ: mid-exec it reads empty); True if it exited first."""
+    try:
+        argv = pod.cmdline(child.pid)
+        environ = Path(f"/proc/{child.pid}/environ").read_bytes()
+        again = pod.cmdline(child.pid)
+    except OSError:
+        return child.poll() is not None
+    if argv == again and argv[0] not in ("", NO_CAPS[0]):
+        return argv, dict(e.split("=", 1) for e in environ.decode().split("\0") if "=" in e)
+    return child.poll() is not None
+
+
 def stop(name: str) -> int | None:
     """SIGTERM the child `name` started last, and reap it (SIGKILL past the bound)."""
     child = next(c for n, c in reversed(_children) if n == name)
@@ -194,16 +227,13 @@ def sysfs_connectors() -> dict[str, dict[str, Any]]:
     return found
 
 
+def admin() -> pod.Api:
+    api: pod.Api = cluster["admin"]
+    return api
+
+
 def api_get(path: str) -> Any:
-    with urllib.request.urlopen(API + path, timeout=10) as response:
-        return json.load(response)
-
-
-def api_post(path: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(API + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)
+    return admin().get(path)
 
 
 def slice_devices() -> dict[str, Any]:
@@ -284,41 +314,50 @@ def plug_heads() -> None:
 
 
 def start_api() -> None:
+    """The cluster: the fake API (the rendered base's objects, RBAC), the Pod, its account's
+    token projected where the binaries read it; the node's volumes and the weston image's
+    layout shell."""
     step("fake API server")
-    start("fakekube", [*venv_binary("fakekube"), "--port", "8080",
-                       "--load", os.fspath(SHARE / "kube" / "objects.yaml")])
+    child = start("fakekube", [*venv_binary("fakekube"),
+                               *pod.api_argv(PLAN, SHARE / "kube" / "objects.yaml")])
 
-    def answers() -> bool:
-        try:
-            api_get("/api/v1/nodes")
-        except OSError:
-            return False
-        return True
+    def announced() -> tuple[str, Path, str] | None:
+        if child.poll() is not None:
+            raise RuntimeError(f"fakekube exited {child.returncode}: "
+                               f"{(LOGS / 'fakekube.log').read_text()[-1500:]}")
+        return pod.api_announcement((LOGS / "fakekube.log").read_text(errors="replace"))
 
-    until(answers, timeout=WAIT_S, what="the fake API answers")
+    url, ca, token = until(announced, timeout=WAIT_S, what="the fake API announces itself")
+    cluster["admin"] = pod.Api(url, ca, token)
+    cluster["url"] = url
+    pod.atomic_write(CLUSTER / "token", token.encode(), 0o600)
+    pod.atomic_write(CLUSTER / "ca.crt", ca.read_bytes())
+    created = pod.create_pod(admin(), PLAN)
+    pod.project_account(pod.pod_token(admin(), PLAN, created), ca.read_bytes(),
+                        PLAN["service_account"]["namespace"])
+    pod.make_volumes(PLAN)
+    pod.install_shell(SHARE / "layout-shell.so", PLAN)
 
 
 def declare() -> None:
     step("declare")
     results["connectors"] = json.loads(run([*pod_binary("declare"), "connectors", "--json"]))
-    ETC.mkdir(parents=True)
-    run([*pod_binary("declare"), "declare", f"--node-name={NODE}", f"--api-server={API}",
-         f"--config={ETC / 'weston.ini'}", f"--shell={SHARE / 'layout-shell.so'}",
-         f"--runtime-dir={RUNTIME}"])
+    child = start_container("declare")
+    code = until(lambda: child.poll() is not None and [child.returncode], timeout=WAIT_S,
+                 what="declare runs to completion")[0]
+    if code != 0:
+        raise RuntimeError(f"declare exited {code}: "
+                           f"{(LOGS / 'declare.log').read_text(errors='replace')[-1500:]}")
     results["weston_ini"] = (ETC / "weston.ini").read_text()
     results["clients_before_weston"] = drm_clients()
 
 
 def start_westonctl() -> subprocess.Popen[bytes]:
-    return start("westonctl", [
-        *pod_binary("westonctl"), "weston", f"--config={ETC / 'weston.ini'}",
-        f"--runtime-dir={RUNTIME}", f"--restarts-dir={ETC / 'restarts'}",
-        f"--pid-file={ETC / 'weston.pid'}", "--", "--renderer=pixman"])
+    return start_container("weston")
 
 
 def compositor() -> None:
     step("westonctl")
-    RUNTIME.mkdir(mode=0o700, parents=True)
     start_westonctl()
     outputs = until(lambda: (o := wayland_outputs()) and len(o) == 3 and o,
                     timeout=WAIT_S, what="weston answers with three outputs")
@@ -330,16 +369,7 @@ def compositor() -> None:
 
 def operator() -> None:
     step("operator")
-    for d in ("plugin", "registry", "cdi", "claims"):
-        (POD / d).mkdir(parents=True, exist_ok=True)
-    child = start("operator", [
-        *pod_binary("draplugin"), "operator", f"--node-name={NODE}",
-        f"--plugin-dir={POD / 'plugin'}", f"--registry-dir={POD / 'registry'}",
-        f"--cdi-root={POD / 'cdi'}", f"--weston-config={ETC / 'weston.ini'}",
-        f"--restarts-dir={ETC / 'restarts'}",
-        f"--pid-file={ETC / 'weston.pid'}", f"--runtime-dir={RUNTIME}",
-        f"--api-server={API}", "--metrics-addr=127.0.0.1:9200",
-        f"--shell={SHARE / 'layout-shell.so'}", "--delivery=layout"])
+    child = start_container("operator")
     results["first_slice"] = until(lambda: len(slice_devices()) == 3 and slice_devices(),
                                    timeout=WAIT_S, what="a slice of three devices")
     results["operator"] = {"pid": child.pid, "status": proc_status(child.pid),
@@ -349,27 +379,20 @@ def operator() -> None:
 
 
 def capture_server() -> None:
-    """The pod's fourth container, as its manifest runs it (deploy/base: CAPTURE_ADDR, NODE_NAME,
-    the TLS mount's default path, which is empty here so it serves a self-signed leaf), with
-    weston.ini's directory where this guest keeps /etc/weston and the in-guest fake API's
-    plain HTTP for the reviews. A viewer's token and its RBAC grant are the fake's policy."""
+    """The pod's fourth container, as its manifest runs it (the TLS Secret's volume is empty
+    here, so it serves a self-signed leaf), and a viewer's token for its audience."""
     step("capture server")
-    start("capture", [*pod_binary("capture"), "capture"], CAPTURE_ADDR=":9201", NODE_NAME=NODE,
-          CAPTURE_WESTON_INI=os.fspath(ETC / "weston.ini"), CAPTURE_KUBE_URL=API)
-    api_post("/_fakekube/token", {"token": CAPTURE_TOKEN, "username": CAPTURE_VIEWER,
-                                  "audiences": ["display-capture"]})
-    api_post("/_fakekube/allow", {"verb": "get", "resource": "displays",
-                                  "apiGroup": "display.liken.sh", "subresource": "capture",
-                                  "user": CAPTURE_VIEWER})
+    start_container("capture")
+    cluster["viewer"] = pod.token_request(admin(), *VIEWER, audiences=["display-capture"])
 
 
-def capture_get(path: str, token: str | None = CAPTURE_TOKEN) -> tuple[int, bytes]:
-    """An HTTPS GET of the capture server: its status and body. The leaf is self-signed (no
-    Secret is mounted), so it is not verified."""
+def capture_get(path: str, *, authorized: bool = True) -> tuple[int, bytes]:
+    """An HTTPS GET of the capture server (with the viewer's token when `authorized`): its
+    status and body. The leaf is self-signed (no Secret is mounted), so it is not verified."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {"Authorization": f"Bearer {cluster['viewer']}"} if authorized else {}
     request = urllib.request.Request(CAPTURE + path, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60, context=context) as response:
@@ -382,7 +405,7 @@ def capture_answers() -> bool:
     """Whether HTTPS answers at all; RuntimeError with its log's tail if the server exited."""
     child = next(c for n, c in reversed(_children) if n == "capture")
     try:
-        capture_get("/healthz", token=None)
+        capture_get("/healthz", authorized=False)
     except OSError:
         if child.poll() is not None:
             tail = (LOGS / "capture.log").read_text(errors="replace")[-1500:]
@@ -401,18 +424,20 @@ def lit() -> None:
     results["screendumps"] = screendumps("lit")
 
 
-REGISTRATION = POD / "registry" / "display.liken.sh-reg.sock"
+def cluster_flags() -> list[str]:
+    return [f"--api={cluster['url']}", f"--token-file={CLUSTER / 'token'}",
+            f"--ca-file={CLUSTER / 'ca.crt'}"]
 
 
 def claim(name: str, device: str, mode: str | None = None) -> dict[str, Any]:
-    argv = [*venv_binary("claim"), "prepare", f"--api={API}", f"--registration={REGISTRATION}",
+    argv = [*venv_binary("claim"), "prepare", *cluster_flags(), f"--registration={REGISTRATION}",
             f"--node={NODE}", f"--device={device}", *([f"--mode={mode}"] if mode else []), name]
     answer: dict[str, Any] = json.loads(run(argv, timeout=WAIT_S))
     return answer
 
 
 def release(name: str, uid: str) -> dict[str, Any]:
-    argv = [*venv_binary("claim"), "unprepare", f"--api={API}",
+    argv = [*venv_binary("claim"), "unprepare", *cluster_flags(),
             f"--registration={REGISTRATION}", name, uid]
     answer: dict[str, Any] = json.loads(run(argv, timeout=WAIT_S))
     return answer
@@ -421,7 +446,7 @@ def release(name: str, uid: str) -> dict[str, Any]:
 def claim_socket(uid: str, device: str) -> Path:
     """Where the claim's CDI device puts WAYLAND_DISPLAY, read as a runtime applies its edits:
     the mount whose containerPath holds that path, mapped back to its hostPath."""
-    spec = json.loads((POD / "cdi" / f"k8s.display.liken.sh-display_{uid}.yaml").read_text())
+    spec = json.loads((CDI / f"k8s.display.liken.sh-display_{uid}.yaml").read_text())
     edits = next(d for d in spec["devices"] if d["name"] == f"{uid}-{device}")["containerEdits"]
     env = dict(e.split("=", 1) for e in edits["env"])
     inside = Path(env["WAYLAND_DISPLAY"])
@@ -489,7 +514,7 @@ def still_and_dump(output: str, head: int) -> dict[str, Any]:
 def captures() -> dict[str, Any]:
     until(capture_answers, timeout=WAIT_S, what="the capture server answers HTTPS")
     found: dict[str, Any] = {"no_token": capture_get("/api/v1/outputs/Virtual-2/still.png",
-                                                     token=None)[0]}
+                                                     authorized=False)[0]}
     found["claimed"] = still_and_dump("Virtual-2", 1)
     found["unclaimed"] = still_and_dump("Virtual-1", 0)
     return found
@@ -582,7 +607,7 @@ def watchdog() -> None:
                               lambda: not Path(f"/proc/{pid}").exists()
                               or "State:\tZ" in Path(f"/proc/{pid}/status").read_text(), t0)
     # An exit no order names ends the weston container; the kubelet starts it again.
-    westonctl = next(child for name, child in reversed(_children) if name == "westonctl")
+    westonctl = next(child for name, child in reversed(_children) if name == "weston")
     found["westonctl_exit"] = until(lambda: westonctl.poll() is not None and
                                     [westonctl.returncode], timeout=30,
                                     what="westonctl exits after weston's SIGKILL")[0]
@@ -613,6 +638,8 @@ def main() -> int:
     finally:
         with contextlib.suppress(Exception):
             results["final_clients"] = drm_clients()
+        with contextlib.suppress(Exception):
+            results["denials"] = pod.denials(admin())
         save()
         stop_all()
         results["exits"] = {name: child.returncode for name, child in _children}
