@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 TESTDATA = Path(__file__).resolve().parent / "testdata"
 _OWN_BASETEMP = pytest.StashKey[Path]()
+_PREFIX = "pt-"
+_ABANDONED_AFTER_S = 6 * 3600
 
 
 def testdata_dir() -> Path:
@@ -29,8 +33,18 @@ def pytest_configure(config: pytest.Config) -> None:
     # bytes: pytest's default /tmp/pytest-of-USER/pytest-NNNN/ grows with every
     # run on a machine, so each session gets a short directory of its own.
     if config.option.basetemp is None:
-        config.option.basetemp = tempfile.mkdtemp(prefix="pt-", dir="/tmp")
+        _remove_abandoned(Path("/tmp"))
+        config.option.basetemp = tempfile.mkdtemp(prefix=_PREFIX, dir="/tmp")
         config.stash[_OWN_BASETEMP] = Path(config.option.basetemp)
+
+
+def _remove_abandoned(parent: Path) -> None:
+    """What sessions killed before their unconfigure left: no session lives this long."""
+    cutoff = time.time() - _ABANDONED_AFTER_S
+    for old in parent.glob(f"{_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
