@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import threading
@@ -414,7 +415,9 @@ class NodeThread:
     def stop(self, *, timeout: float = 5.0) -> None:
         """Cancel the runtime and join the thread; NodeThreadError if it outlives `timeout`."""
         if self._loop is not None and self._task is not None:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+            # A runtime that ended by itself (a fatal API error) has closed its loop already.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._task.cancel)
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise NodeThreadError(f"the node publisher did not stop within {timeout:g} s")

@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from draplugin.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
@@ -174,3 +174,34 @@ def test_thread_runs_the_runtime_for_a_sync_main(tmp_path: Path) -> None:
             thread.stop()
         assert thread.error is None
     assert [(a.available, a.state) for a in heard] == [(False, Liveness.ABSENT)]
+
+
+class _Failing:
+    """A runtime whose run fails at once, as one does on a fatal API error."""
+
+    async def run(self) -> None:
+        raise ValueError("403 from the API")
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def _still_running(thread: runtime.NodeThread) -> bool:
+    try:
+        thread.submit(asyncio.sleep(0))
+    except runtime.NodeThreadError:
+        return False
+    return True
+
+
+def test_stopping_a_thread_whose_runtime_failed_by_itself_is_quiet() -> None:
+    heard: list[BaseException] = []
+    thread = runtime.NodeThread(lambda: cast(runtime.NodeRuntime, _Failing()),
+                                on_fatal=heard.append)
+    thread.start()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while _still_running(thread):
+        assert time.monotonic() < deadline, "the failed runtime's thread did not end"
+        time.sleep(0.01)
+    thread.stop()  # its loop is closed by now: no RuntimeError
+    assert isinstance(thread.error, ValueError) and heard == [thread.error]
