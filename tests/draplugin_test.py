@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket as socket_module
@@ -582,9 +583,18 @@ def test_prepare_and_restart_metrics_are_recorded(node: Node, fake: FakeKube,
 
 
 def _free_port() -> int:
-    with socket_module.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range (32768-60999): an ephemeral one,
+    free when asked for, can be the source port of any test's outgoing connection by the
+    time the operator binds it."""
+    for _ in range(200):
+        port = random.randrange(20000, 32768)
+        with socket_module.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32767")
 
 
 def _slice_devices(fake: FakeKube) -> dict[str, list[Any]]:

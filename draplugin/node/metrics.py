@@ -163,7 +163,7 @@ class Metrics:
         server = make_server(where.host, where.port, app, _server_class(where.host),
                              handler_class=_QuietHandler)
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-        log.info("metrics on %s:%d", where.host, where.port)
+        log.info("metrics on %s:%d", where.host, server.server_port)
         return server
 
 
