@@ -159,18 +159,14 @@ def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, *, reason: str
     text = compose(settings, kube, claimed_outputs(checkpoint))
     ini = settings.weston_ini
     marker = unapplied_marker(ini)
-    if not restart:
-        if _read(ini) != text:
-            ini.parent.mkdir(parents=True, exist_ok=True)
-            fsutil.atomic_write(ini, text)
-            log.info("rewrote %s for the compositor's next start (%s)", ini, reason)
-        return False
-    if _read(ini) != text:
+    changed = _read(ini) != text
+    if changed:
         ini.parent.mkdir(parents=True, exist_ok=True)
-        fsutil.atomic_write(marker, f"{reason}\n")
+        if restart:
+            fsutil.atomic_write(marker, f"{reason}\n")
         fsutil.atomic_write(ini, text)
         log.info("rewrote %s (%s)", ini, reason)
-    elif not marker.exists():
+    if not restart or not (changed or marker.exists()):
         return False
     if on_written is not None:
         on_written()
