@@ -25,7 +25,7 @@ if ! pkg-config --exists libweston-14 2>/dev/null; then
 	fi
 	exec trixie-run sh "$0" "$@"
 fi
-src=$(dirname "$0")/layout.c
+dir=$(dirname "$0")
 protocols="$(pkg-config --variable=prefix libweston-14)/share/libweston-14/protocols"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
@@ -35,6 +35,6 @@ wayland-scanner client-header "$protocols/weston-output-capture.xml" \
 wayland-scanner private-code "$protocols/weston-output-capture.xml" \
 	"$gen/weston-output-capture-protocol.c"
 # shellcheck disable=SC2086 # pkg-config output and $extra are word lists
-"${CC:-cc}" -shared -fPIC -O2 -Wall -Wextra -Werror $extra -I"$gen" -o "$out" \
-	"$src" "$gen/weston-output-capture-protocol.c" \
+"${CC:-cc}" -shared -fPIC -O2 -Wall -Wextra -Werror -fvisibility=hidden $extra -I"$gen" -I"$dir" \
+	-o "$out" "$dir"/*.c "$gen/weston-output-capture-protocol.c" \
 	$(pkg-config --cflags --libs libweston-14 weston wayland-server wayland-client)

@@ -1,0 +1,801 @@
+/*
+ * layout-shell.so's capture socket.
+ *
+ * Capture socket (`[layout] capture-socket=PATH`, mode 0660). Greeting `LAYOUT-CAPTURE 1`.
+ * Each `FRAME <output> [<max-width>x<max-height>]` line is answered by exactly one reply:
+ * either `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long, io) or
+ * the line
+ *   FRAME <width> <height> <stride> <format> <yflip> <nbytes>
+ * followed by nbytes of pixels (format is a DRM fourcc name such as XRGB8888, in
+ * little-endian memory order; yflip 1 would mean the first row is the bottom one: weston's
+ * capture delivers the top row first with every renderer, so it is always 0). Frames come
+ * from weston's own capture protocol, weston_capture_v1 (the output's framebuffer source):
+ * the module is a Wayland client of its compositor over a socketpair, and its screenshot
+ * authority admits that one client and no other. A request makes the module ask weston to
+ * capture the output, which repaints it and copies the framebuffer into the module's shm
+ * buffer for that output (kept while any capture connection is open); a renderer is
+ * needed (pixman or gl: with noop the capture fails, `ERR io`). One capture of an output
+ * serves every connection waiting for it. One connection holds at most one frame being
+ * sent: frames that occur while the previous one is still unread are lost, the compositor
+ * never waits. Up to 16 requests may be outstanding, for one output and one bound at a
+ * time.
+ *
+ * The optional bound (each side 16..16384, decimal without sign or leading zero) asks for
+ * a frame no larger than it: the module picks the smallest integer factor f >= 1 with
+ * ceil(w/f) <= max-width and ceil(h/f) <= max-height and sends a ceil(w/f) x ceil(h/f)
+ * frame (the header gives that size and its stride), each pixel the mean of its f x f block,
+ * byte by byte, rounded half up. The last column and row of blocks may be cut by the edge
+ * of the output: they average the pixels they have (ceil, so no pixel is dropped). Blocks
+ * are anchored at the image's top-left corner. A frame that already fits is sent as
+ * captured. The filter runs in weston's thread, in one pass over the captured frame.
+ */
+
+#define _GNU_SOURCE
+
+#include "layout.h"
+#include "weston-output-capture-client-protocol.h"
+
+/* ---------- capture ---------- */
+
+/* DRM fourcc codes (drm_fourcc.h), which wl_shm shares for all but two of its formats. */
+#define FOURCC(a, b, c, d) \
+	((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+#define DRM_FORMAT_XRGB8888 FOURCC('X', 'R', '2', '4')
+#define DRM_FORMAT_ARGB8888 FOURCC('A', 'R', '2', '4')
+#define DRM_FORMAT_XBGR8888 FOURCC('X', 'B', '2', '4')
+#define DRM_FORMAT_ABGR8888 FOURCC('A', 'B', '2', '4')
+
+/* The 32-bit formats a frame may have, by name; NULL for any other. */
+static const char *
+format_name(uint32_t format)
+{
+	switch (format) {
+	case DRM_FORMAT_XRGB8888: return "XRGB8888";
+	case DRM_FORMAT_ARGB8888: return "ARGB8888";
+	case DRM_FORMAT_XBGR8888: return "XBGR8888";
+	case DRM_FORMAT_ABGR8888: return "ABGR8888";
+	default: return NULL;
+	}
+}
+
+
+void
+capture_fail_pending(struct conn *conn, const char *code, const char *text)
+{
+	while (conn->pending > 0) {
+		conn->pending--;
+		if (!conn_printf(conn, "ERR %s %s\n", code, text))
+			break;
+	}
+}
+
+/* `len` bytes of decimal, BOUND_MIN..BOUND_MAX, without sign or leading zero; else -1. */
+static int32_t
+parse_side(const char *s, size_t len)
+{
+	int32_t value = 0;
+	size_t i;
+
+	if (len == 0 || len > 5 || s[0] == '0')
+		return -1;
+	for (i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		value = value * 10 + (s[i] - '0');
+	}
+	return value >= BOUND_MIN && value <= BOUND_MAX ? value : -1;
+}
+
+/* `<width>x<height>`; false when either side is not a valid bound. */
+static bool
+parse_bound(const char *s, int32_t *width, int32_t *height)
+{
+	const char *x = strchr(s, 'x');
+
+	if (!x)
+		return false;
+	*width = parse_side(s, (size_t)(x - s));
+	*height = parse_side(x + 1, strlen(x + 1));
+	return *width > 0 && *height > 0;
+}
+
+bool
+capture_line(struct conn *conn, char *line)
+{
+	char *w[4];
+	struct weston_output *output;
+	int32_t max_width = 0, max_height = 0;
+	int n = split_words(line, w, 3);
+
+	if ((n != 2 && n != 3) || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
+		return conn_printf(conn, "ERR bad-request expected FRAME <output> "
+				   "[<max-width>x<max-height>]\n");
+	if (n == 3 && !parse_bound(w[2], &max_width, &max_height))
+		return conn_printf(conn, "ERR bad-request bound must be <max-width>x<max-height>, "
+				   "each %d-%d\n", BOUND_MIN, BOUND_MAX);
+	output = find_output(conn->layout, w[1]);
+	if (!output)
+		return conn_printf(conn, "ERR no-output no output named %s\n", w[1]);
+	if (conn->pending > 0 && strcmp(conn->output, w[1]) != 0)
+		return conn_printf(conn, "ERR busy frames of %s are outstanding\n", conn->output);
+	if (conn->pending > 0 && (conn->max_width != max_width || conn->max_height != max_height))
+		return conn_printf(conn, "ERR busy frames of %s with another bound are outstanding\n",
+				   conn->output);
+	if (conn->pending >= MAX_PENDING_FRAMES)
+		return conn_printf(conn, "ERR busy %d frames are outstanding\n", conn->pending);
+	strcpy(conn->output, w[1]);
+	conn->max_width = max_width;
+	conn->max_height = max_height;
+	conn->pending++;
+	capturer_kick(conn->layout, conn->output);
+	return true;
+}
+
+/* The smallest f >= 1 with ceil(width/f) <= max_width and ceil(height/f) <= max_height. */
+static int32_t
+downscale_factor(int32_t width, int32_t height, int32_t max_width, int32_t max_height)
+{
+	int32_t fx, fy;
+
+	if (max_width == 0)
+		return 1;
+	fx = (width + max_width - 1) / max_width;
+	fy = (height + max_height - 1) / max_height;
+	if (fx < fy)
+		fx = fy;
+	return fx > 1 ? fx : 1;
+}
+
+/* m with (n * m) >> RECIP_SHIFT == n / count for every n < 256 * count (see FACTOR_MAX). */
+static inline uint64_t
+reciprocal(uint32_t count)
+{
+	return (((uint64_t)1 << RECIP_SHIFT) + count - 1) / count;
+}
+
+/*
+ * Writes `count` pixels to `out`, each the rounded mean, byte by byte, of a block of
+ * block_width x block_height pixels; the blocks sit side by side from `in`, whose rows are
+ * `stride` bytes apart.
+ */
+static void
+box_blocks(uint8_t *out, const uint8_t *in, size_t stride, int32_t count,
+	   int32_t block_width, int32_t block_height)
+{
+	const uint32_t half = (uint32_t)(block_width * block_height) / 2;
+	const uint64_t m = reciprocal((uint32_t)(block_width * block_height));
+	int32_t i, y, x;
+
+	for (i = 0; i < count; i++, in += (size_t)block_width * 4, out += 4) {
+		uint32_t b0 = half, b1 = half, b2 = half, b3 = half;
+		const uint8_t *line = in;
+
+		for (y = 0; y < block_height; y++, line += stride) {
+			for (x = 0; x < block_width * 4; x += 4) {
+				b0 += line[x];
+				b1 += line[x + 1];
+				b2 += line[x + 2];
+				b3 += line[x + 3];
+			}
+		}
+		out[0] = (uint8_t)((b0 * m) >> RECIP_SHIFT);
+		out[1] = (uint8_t)((b1 * m) >> RECIP_SHIFT);
+		out[2] = (uint8_t)((b2 * m) >> RECIP_SHIFT);
+		out[3] = (uint8_t)((b3 * m) >> RECIP_SHIFT);
+	}
+}
+
+typedef uint8_t bytes16 __attribute__((vector_size(16)));
+typedef uint16_t words8 __attribute__((vector_size(16)));
+typedef uint16_t words16 __attribute__((vector_size(32)));
+
+/*
+ * box_blocks for 2 x 2 blocks (4K to 1080p, 1440p to 720p), three times faster with the
+ * compiler's portable vectors (SSE2 or NEON): four output pixels a step, from eight source
+ * pixels of each of the two rows widened to 16 bits (four bytes sum to at most 1020).
+ */
+static void
+box_blocks_2x2(uint8_t *out, const uint8_t *in, size_t stride, int32_t count)
+{
+	int32_t i;
+
+	for (i = 0; i + 4 <= count; i += 4, in += 32, out += 16) {
+		bytes16 top[2], bottom[2], mean;
+		words16 sums[2];
+		words8 left[2], right[2];
+		int k;
+
+		memcpy(top, in, 32);
+		memcpy(bottom, in + stride, 32);
+		for (k = 0; k < 2; k++) {
+			sums[k] = __builtin_convertvector(top[k], words16) +
+				  __builtin_convertvector(bottom[k], words16);
+			/* Each 16-lane sum holds four pixels: add pixels 0 and 1, 2 and 3. */
+			left[k] = __builtin_shufflevector(sums[k], sums[k], 0, 1, 2, 3, 8, 9, 10, 11);
+			right[k] = __builtin_shufflevector(sums[k], sums[k], 4, 5, 6, 7, 12, 13, 14, 15);
+			left[k] = (left[k] + right[k] + 2) >> 2;
+		}
+		mean = __builtin_convertvector(__builtin_shufflevector(left[0], left[1], 0, 1, 2, 3, 4,
+								       5, 6, 7, 8, 9, 10, 11, 12,
+								       13, 14, 15),
+					       bytes16);
+		memcpy(out, &mean, 16);
+	}
+	box_blocks(out, in, stride, count - i, 2, 2);
+}
+
+/* One output row from block_height source rows at `in`: full blocks, then the last one,
+ * which the right edge may cut. */
+static void
+box_row(uint8_t *out, const uint8_t *in, int32_t width, int32_t factor, int32_t block_height)
+{
+	const size_t stride = (size_t)width * 4;
+	const int32_t full = width / factor;
+	const int32_t rest = width - full * factor;
+
+	if (factor == 2 && block_height == 2)
+		box_blocks_2x2(out, in, stride, full);
+	else
+		box_blocks(out, in, stride, full, factor, block_height);
+	if (rest)
+		box_blocks(out + (size_t)full * 4, in + (size_t)full * factor * 4, stride, 1, rest,
+			   block_height);
+}
+
+/* Writes the frame `in` (width x height packed pixels, top row first) box-filtered by
+ * `factor` to `out`: ceil(width/factor) x ceil(height/factor) packed pixels. */
+static void
+downscale(uint8_t *out, const uint8_t *in, int32_t width, int32_t height, int32_t factor)
+{
+	const size_t stride = (size_t)width * 4;
+	const size_t out_stride = (size_t)((width + factor - 1) / factor) * 4;
+	const int32_t out_height = (height + factor - 1) / factor;
+	const int32_t last_height = height - (out_height - 1) * factor;
+	int32_t j;
+
+	for (j = 0; j < out_height; j++)
+		box_row(out + (size_t)j * out_stride, in + (size_t)j * (size_t)factor * stride,
+			width, factor, j == out_height - 1 ? last_height : factor);
+}
+
+/* Queues the frame `co` holds for `conn`, at its bound; false when the connection must go. */
+static bool
+capture_frame(struct conn *conn, struct capture_output *co)
+{
+	const char *name = format_name(co->buffer_format);
+	const int32_t full_width = co->buffer_width;
+	const int32_t full_height = co->buffer_height;
+	int32_t factor = downscale_factor(full_width, full_height, conn->max_width,
+					  conn->max_height);
+	int32_t width = (full_width + factor - 1) / factor;
+	int32_t height = (full_height + factor - 1) / factor;
+	size_t stride = (size_t)width * 4;
+	size_t size = stride * (size_t)height;
+	uint8_t *pixels;
+
+	conn->pending--;
+	if (factor > FACTOR_MAX)
+		return conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", full_width,
+				   full_height, conn->max_width, conn->max_height);
+	pixels = malloc(size);
+	if (!pixels)
+		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
+	if (factor == 1)
+		memcpy(pixels, co->pixels, size);
+	else
+		downscale(pixels, co->pixels, full_width, full_height, factor);
+	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride, name, size)) {
+		free(pixels);
+		return false;
+	}
+	if (!conn_enqueue(conn, (char *)pixels, size, true))
+		return false;
+	conn->frame_in_flight = true;
+	return true;
+}
+
+/* Fails every outstanding request for `output_name`: output-gone when the compositor no
+ * longer has that output, else io with `text`. */
+static void
+capture_fail_output(struct layout *layout, const char *output_name, const char *text)
+{
+	const char *code = find_output(layout, output_name) ? "io" : "output-gone";
+	struct conn *conn, *next;
+
+	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
+		if (conn->pending == 0 || strcmp(conn->output, output_name) != 0)
+			continue;
+		capture_fail_pending(conn, code, text);
+		if (!conn_flush(conn))
+			conn_destroy(conn);
+	}
+}
+
+static void
+capturer_flush(struct capturer *capturer)
+{
+	uint32_t mask = WL_EVENT_READABLE;
+
+	if (!capturer->running)
+		return;
+	if (wl_display_flush(capturer->display) < 0) {
+		if (errno != EAGAIN) {
+			weston_log("layout: capture client: flush failed: %s\n", strerror(errno));
+			return;
+		}
+		mask |= WL_EVENT_WRITABLE;
+	}
+	wl_event_source_fd_update(capturer->source, mask);
+}
+
+static struct capture_output *
+find_capture_output(struct capturer *capturer, const char *name)
+{
+	struct capture_output *co;
+
+	wl_list_for_each(co, &capturer->outputs, link) {
+		if (strcmp(co->name, name) == 0)
+			return co;
+	}
+	return NULL;
+}
+
+static void
+capture_buffer_free(struct capture_output *co)
+{
+	if (co->buffer)
+		wl_buffer_destroy(co->buffer);
+	if (co->pixels)
+		munmap(co->pixels, co->size);
+	co->buffer = NULL;
+	co->pixels = NULL;
+	co->size = 0;
+}
+
+/* A shm buffer of the size and format weston announced for the source (1 x 1 XRGB8888
+ * before it announced any: the capture then fails or asks to retry); false on failure. */
+static bool
+capture_buffer_alloc(struct capture_output *co)
+{
+	const int32_t width = co->width > 0 ? co->width : 1;
+	const int32_t height = co->height > 0 ? co->height : 1;
+	const uint32_t format = co->drm_format ? co->drm_format : WL_SHM_FORMAT_XRGB8888;
+	const size_t size = (size_t)width * 4 * (size_t)height;
+	struct wl_shm_pool *pool;
+	uint32_t shm_format;
+	void *pixels;
+	int fd;
+
+	if (co->buffer && co->buffer_width == width && co->buffer_height == height &&
+	    co->buffer_format == format)
+		return true;
+	capture_buffer_free(co);
+	if (size > INT32_MAX)
+		return false;
+	fd = memfd_create("layout-capture", MFD_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		close(fd);
+		return false;
+	}
+	pixels = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (pixels == MAP_FAILED) {
+		close(fd);
+		return false;
+	}
+	/* wl_shm names two formats its own way; the others are DRM fourccs. */
+	if (format == DRM_FORMAT_XRGB8888)
+		shm_format = WL_SHM_FORMAT_XRGB8888;
+	else if (format == DRM_FORMAT_ARGB8888)
+		shm_format = WL_SHM_FORMAT_ARGB8888;
+	else
+		shm_format = format;
+	pool = wl_shm_create_pool(co->capturer->shm, fd, (int32_t)size);
+	co->buffer = wl_shm_pool_create_buffer(pool, 0, width, height, width * 4, shm_format);
+	wl_shm_pool_destroy(pool);
+	close(fd);
+	co->pixels = pixels;
+	co->size = size;
+	co->buffer_width = width;
+	co->buffer_height = height;
+	co->buffer_format = format;
+	return true;
+}
+
+/* With no capture connection left the shm buffers go (a 4K output's holds 33 MB); the
+ * next request allocates one again. */
+void
+capturer_release_idle(struct layout *layout)
+{
+	struct capture_output *co;
+
+	if (!wl_list_empty(&layout->capture.conns))
+		return;
+	wl_list_for_each(co, &layout->capturer.outputs, link) {
+		if (!co->busy)
+			capture_buffer_free(co);
+	}
+	capturer_flush(&layout->capturer);
+}
+
+/* Starts a capture of `output_name` when a connection waits for one and none is running. */
+void
+capturer_kick(struct layout *layout, const char *output_name)
+{
+	struct capturer *capturer = &layout->capturer;
+	struct capture_output *co;
+	struct conn *conn;
+	bool wanted = false;
+
+	wl_list_for_each(conn, &layout->capture.conns, link) {
+		if (conn->pending > 0 && !conn->frame_in_flight &&
+		    strcmp(conn->output, output_name) == 0)
+			wanted = true;
+	}
+	if (!wanted)
+		return;
+	if (!capturer->running) {
+		capture_fail_output(layout, output_name, "the capture client is not running");
+		return;
+	}
+	co = find_capture_output(capturer, output_name);
+	if (!co || !co->source || co->busy)
+		return; /* started when weston names the output, or when this capture ends */
+	if (co->drm_format && !format_name(co->drm_format)) {
+		capture_fail_output(layout, output_name, "unsupported capture format");
+		return;
+	}
+	if (!capture_buffer_alloc(co)) {
+		capture_fail_output(layout, output_name, "cannot allocate a capture buffer");
+		return;
+	}
+	weston_capture_source_v1_capture(co->source, co->buffer);
+	co->busy = true;
+	capturer_flush(capturer);
+}
+
+static void
+source_format(void *data, struct weston_capture_source_v1 *source, uint32_t drm_format)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->drm_format = drm_format;
+}
+
+static void
+source_size(void *data, struct weston_capture_source_v1 *source, int32_t width,
+	    int32_t height)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->width = width;
+	co->height = height;
+}
+
+static void
+source_complete(void *data, struct weston_capture_source_v1 *source)
+{
+	struct capture_output *co = data;
+	struct layout *layout = co->capturer->layout;
+	struct conn *conn, *next;
+
+	(void)source;
+	co->busy = false;
+	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
+		if (conn->pending == 0 || strcmp(conn->output, co->name) != 0)
+			continue;
+		if (conn->frame_in_flight) {
+			/* The reader is behind: this frame is lost to it. */
+			continue;
+		}
+		if (!capture_frame(conn, co) || !conn_flush(conn))
+			conn_destroy(conn);
+	}
+	capturer_kick(layout, co->name);
+	capturer_release_idle(layout);
+}
+
+static void
+source_retry(void *data, struct weston_capture_source_v1 *source)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->busy = false;
+	capturer_kick(co->capturer->layout, co->name);
+	capturer_release_idle(co->capturer->layout);
+}
+
+static void
+source_failed(void *data, struct weston_capture_source_v1 *source, const char *msg)
+{
+	struct capture_output *co = data;
+
+	(void)source;
+	co->busy = false;
+	capture_fail_output(co->capturer->layout, co->name, msg ? msg : "capture failed");
+	capturer_release_idle(co->capturer->layout);
+}
+
+static const struct weston_capture_source_v1_listener source_listener = {
+	.format = source_format,
+	.size = source_size,
+	.complete = source_complete,
+	.retry = source_retry,
+	.failed = source_failed,
+};
+
+static void
+capture_output_start(struct capture_output *co)
+{
+	struct capturer *capturer = co->capturer;
+
+	if (co->source || !capturer->capture || co->name[0] == '\0')
+		return;
+	co->source = weston_capture_v1_create(capturer->capture, co->wl_output,
+					      WESTON_CAPTURE_V1_SOURCE_FRAMEBUFFER);
+	weston_capture_source_v1_add_listener(co->source, &source_listener, co);
+	capturer_kick(capturer->layout, co->name);
+}
+
+static void
+capture_output_destroy(struct capture_output *co)
+{
+	capture_buffer_free(co);
+	if (co->source)
+		weston_capture_source_v1_destroy(co->source);
+	wl_output_release(co->wl_output);
+	wl_list_remove(&co->link);
+	free(co);
+}
+
+static void
+wl_output_geometry(void *data, struct wl_output *output, int32_t x, int32_t y,
+		   int32_t physical_width, int32_t physical_height, int32_t subpixel,
+		   const char *make, const char *model, int32_t transform)
+{
+	(void)data, (void)output, (void)x, (void)y, (void)physical_width;
+	(void)physical_height, (void)subpixel, (void)make, (void)model, (void)transform;
+}
+
+static void
+wl_output_mode(void *data, struct wl_output *output, uint32_t flags, int32_t width,
+	       int32_t height, int32_t refresh)
+{
+	(void)data, (void)output, (void)flags, (void)width, (void)height, (void)refresh;
+}
+
+static void
+wl_output_done(void *data, struct wl_output *output)
+{
+	(void)data, (void)output;
+}
+
+static void
+wl_output_scale(void *data, struct wl_output *output, int32_t factor)
+{
+	(void)data, (void)output, (void)factor;
+}
+
+static void
+wl_output_name(void *data, struct wl_output *output, const char *name)
+{
+	struct capture_output *co = data;
+
+	(void)output;
+	if (co->name[0] != '\0' || strlen(name) > OUTPUT_NAME_MAX)
+		return;
+	strcpy(co->name, name);
+	capture_output_start(co);
+}
+
+static void
+wl_output_description(void *data, struct wl_output *output, const char *description)
+{
+	(void)data, (void)output, (void)description;
+}
+
+static const struct wl_output_listener output_listener = {
+	.geometry = wl_output_geometry,
+	.mode = wl_output_mode,
+	.done = wl_output_done,
+	.scale = wl_output_scale,
+	.name = wl_output_name,
+	.description = wl_output_description,
+};
+
+static void
+registry_global(void *data, struct wl_registry *registry, uint32_t name,
+		const char *interface, uint32_t version)
+{
+	struct capturer *capturer = data;
+	struct capture_output *co;
+
+	if (strcmp(interface, wl_shm_interface.name) == 0 && !capturer->shm) {
+		capturer->shm = wl_registry_bind(registry, name, &wl_shm_interface, 1);
+	} else if (strcmp(interface, weston_capture_v1_interface.name) == 0 &&
+		   !capturer->capture) {
+		capturer->capture = wl_registry_bind(registry, name,
+						     &weston_capture_v1_interface, 1);
+		wl_list_for_each(co, &capturer->outputs, link)
+			capture_output_start(co);
+	} else if (strcmp(interface, wl_output_interface.name) == 0 &&
+		   version >= WL_OUTPUT_NAME_SINCE_VERSION) {
+		co = calloc(1, sizeof *co);
+		if (!co)
+			return;
+		co->capturer = capturer;
+		co->global = name;
+		co->wl_output = wl_registry_bind(registry, name, &wl_output_interface,
+						 WL_OUTPUT_NAME_SINCE_VERSION);
+		wl_output_add_listener(co->wl_output, &output_listener, co);
+		/* Newest first: an output that comes back under a name wins over the old one
+		 * until the old one's global_remove arrives. */
+		wl_list_insert(&capturer->outputs, &co->link);
+	}
+}
+
+static void
+registry_global_remove(void *data, struct wl_registry *registry, uint32_t name)
+{
+	struct capturer *capturer = data;
+	struct capture_output *co, *next;
+
+	(void)registry;
+	wl_list_for_each_safe(co, next, &capturer->outputs, link) {
+		if (co->global == name)
+			capture_output_destroy(co);
+	}
+}
+
+static const struct wl_registry_listener registry_listener = {
+	.global = registry_global,
+	.global_remove = registry_global_remove,
+};
+
+void
+capturer_stop(struct capturer *capturer)
+{
+	struct capture_output *co, *next;
+
+	if (!capturer->display)
+		return;
+	capturer->running = false;
+	wl_list_for_each_safe(co, next, &capturer->outputs, link)
+		capture_output_destroy(co);
+	if (capturer->capture)
+		weston_capture_v1_destroy(capturer->capture);
+	if (capturer->shm)
+		wl_shm_destroy(capturer->shm);
+	if (capturer->registry)
+		wl_registry_destroy(capturer->registry);
+	wl_event_source_remove(capturer->source);
+	wl_display_disconnect(capturer->display);
+	wl_list_remove(&capturer->authority.link);
+	if (capturer->server_client)
+		wl_list_remove(&capturer->server_client_destroy.link);
+	/* weston destroys the server side of the client with its other clients. */
+	capturer->display = NULL;
+	capturer->capture = NULL;
+	capturer->shm = NULL;
+	capturer->registry = NULL;
+	capturer->server_client = NULL;
+}
+
+/* After a failure the module captures nothing more: outstanding and later requests get
+ * ERR io. */
+static void
+capturer_broken(struct capturer *capturer, const char *why)
+{
+	struct conn *conn, *next;
+
+	weston_log("layout: capture client failed (%s); captures are off\n", why);
+	capturer->running = false;
+	wl_list_for_each_safe(conn, next, &capturer->layout->capture.conns, link) {
+		capture_fail_pending(conn, "io", "the capture client is not running");
+		if (!conn_flush(conn))
+			conn_destroy(conn);
+	}
+}
+
+static int
+capturer_event(int fd, uint32_t mask, void *data)
+{
+	struct capturer *capturer = data;
+	struct wl_display *display = capturer->display;
+
+	(void)fd;
+	if (!capturer->running)
+		return 0;
+	while (wl_display_prepare_read(display) != 0) {
+		if (wl_display_dispatch_pending(display) < 0)
+			goto broken;
+	}
+	if (mask & WL_EVENT_READABLE) {
+		if (wl_display_read_events(display) < 0)
+			goto broken;
+	} else {
+		wl_display_cancel_read(display);
+	}
+	if (wl_display_dispatch_pending(display) < 0)
+		goto broken;
+	if (mask & (WL_EVENT_HANGUP | WL_EVENT_ERROR))
+		goto broken;
+	capturer_flush(capturer);
+	return 0;
+broken:
+	capturer_broken(capturer, wl_display_get_error(display) ? strerror(wl_display_get_error(display))
+							       : "connection closed");
+	wl_event_source_fd_update(capturer->source, 0);
+	return 0;
+}
+
+static void
+capturer_authorize(struct wl_listener *listener, struct weston_output_capture_attempt *att)
+{
+	struct capturer *capturer = wl_container_of(listener, capturer, authority);
+
+	if (capturer->server_client && att->who->client == capturer->server_client)
+		att->authorized = true;
+}
+
+static void
+capturer_server_client_destroyed(struct wl_listener *listener, void *data)
+{
+	struct capturer *capturer = wl_container_of(listener, capturer, server_client_destroy);
+
+	(void)data;
+	wl_list_remove(&capturer->server_client_destroy.link);
+	capturer->server_client = NULL;
+	if (capturer->running)
+		capturer_broken(capturer, "weston closed its connection");
+}
+
+int
+capturer_start(struct capturer *capturer, struct layout *layout)
+{
+	struct weston_compositor *ec = layout->compositor;
+	int fds[2];
+
+	capturer->layout = layout;
+	wl_list_init(&capturer->outputs);
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+		return -1;
+	capturer->server_client = wl_client_create(ec->wl_display, fds[0]);
+	if (!capturer->server_client) {
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	capturer->server_client_destroy.notify = capturer_server_client_destroyed;
+	wl_client_add_destroy_listener(capturer->server_client, &capturer->server_client_destroy);
+	weston_compositor_add_screenshot_authority(ec, &capturer->authority, capturer_authorize);
+	capturer->display = wl_display_connect_to_fd(fds[1]);
+	if (!capturer->display) {
+		close(fds[1]);
+		wl_list_remove(&capturer->authority.link);
+		wl_list_remove(&capturer->server_client_destroy.link);
+		wl_client_destroy(capturer->server_client);
+		capturer->server_client = NULL;
+		return -1;
+	}
+	capturer->source = wl_event_loop_add_fd(wl_display_get_event_loop(ec->wl_display), fds[1],
+						WL_EVENT_READABLE, capturer_event, capturer);
+	if (!capturer->source) {
+		wl_display_disconnect(capturer->display);
+		capturer->display = NULL;
+		wl_list_remove(&capturer->authority.link);
+		wl_list_remove(&capturer->server_client_destroy.link);
+		wl_client_destroy(capturer->server_client);
+		capturer->server_client = NULL;
+		return -1;
+	}
+	capturer->registry = wl_display_get_registry(capturer->display);
+	wl_registry_add_listener(capturer->registry, &registry_listener, capturer);
+	capturer->running = true;
+	capturer_flush(capturer);
+	return 0;
+}
