@@ -65,7 +65,9 @@ _PIXEL_FORMATS: Final[dict[str, PixelFormat]] = {
 _CLAIM_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,%d}" % CLAIM_MAX)
 _PRINTABLE_RE: Final = re.compile(r"[\x21-\x7e]+")
 _RECV_SIZE: Final = 65536
-_MODE_RE: Final = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})(?:@([1-9][0-9]{0,3}(?:\.[0-9]{1,3})?))?")
+_MODE_RE: Final = re.compile(
+    r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})(?:@([1-9][0-9]{0,3}(?:\.[0-9]{1,3})?))?"
+)
 # A mode as the module reports it: refresh in mHz (OUTPUTS) or in Hz with decimals (offered).
 _REPORTED_MODE_RE: Final = re.compile(r"([0-9]+)x([0-9]+)@([0-9]+)(?:\.([0-9]{3}))?")
 
@@ -120,15 +122,15 @@ class LayoutConfigureError(LayoutReplyError):
         self.detail = text
 
 
-class LayoutBadRequest(LayoutConfigureError):
+class LayoutBadRequest(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`bad-request`: the request itself is malformed."""
 
 
-class LayoutOutputNotFound(LayoutConfigureError):
+class LayoutOutputNotFound(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`not-found`: no enabled output of that name."""
 
 
-class LayoutModeNotOffered(LayoutConfigureError):
+class LayoutModeNotOffered(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`bad-mode`: malformed, or not in the output's mode list; `offered` lists what is."""
 
     def __init__(self, code: str, field: str, text: str) -> None:
@@ -139,20 +141,20 @@ class LayoutModeNotOffered(LayoutConfigureError):
         )
 
 
-class LayoutBadTransform(LayoutConfigureError):
+class LayoutBadTransform(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`bad-transform`: not one of TRANSFORMS."""
 
 
-class LayoutBadScale(LayoutConfigureError):
+class LayoutBadScale(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`bad-scale`: not an integer from 1 to SCALE_MAX."""
 
 
-class LayoutUnsupported(LayoutConfigureError):
+class LayoutUnsupported(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`unsupported`: the backend cannot apply `field` live (e.g. no mode switching): the
     caller's fallback is a compositor restart."""
 
 
-class LayoutConfigureFailed(LayoutConfigureError):
+class LayoutConfigureFailed(LayoutConfigureError):  # noqa: N818 (the contract's names)
     """`failed`: applying failed and the output was put back as it was."""
 
 
@@ -295,15 +297,15 @@ def _check_configure(
 ) -> None:
     if mode is not None:
         found = _MODE_RE.fullmatch(mode) if isinstance(mode, str) else None
-        if found is None or not all(
-            1 <= int(side) <= MODE_SIDE_MAX for side in found.group(1, 2)
-        ):
+        if found is None or not all(1 <= int(side) <= MODE_SIDE_MAX for side in found.group(1, 2)):
             raise LayoutUsageError(
                 f"mode must be <width>x<height>[@<Hz>] (sides 1-{MODE_SIDE_MAX}, Hz with at "
                 f"most 3 decimals), got {mode!r}"
             )
     if transform is not None and transform not in TRANSFORMS:
-        raise LayoutUsageError(f"transform must be one of {' '.join(TRANSFORMS)}, got {transform!r}")
+        raise LayoutUsageError(
+            f"transform must be one of {' '.join(TRANSFORMS)}, got {transform!r}"
+        )
     if scale is not None and (
         not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= SCALE_MAX
     ):

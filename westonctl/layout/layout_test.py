@@ -796,6 +796,18 @@ def _asan_session(compositor: Compositor) -> SolidClient:
         # claim-b stays, with a client, so that shutdown tears both down.
         stays = SolidClient(compositor.claim_socket("b"), colour=GREEN)
         wait_frame(compositor.capture, "headless", all_one(GREEN), what="green over headless")
+        # Live configuration: a turn and a scale with a client shown, refusals, the list.
+        control.configure("headless", transform="rotate-90", scale=2)
+        wait_frame(compositor.capture, "headless", all_one(GREEN), what="green, turned")
+        control.configure("headless", transform="normal", scale=1)
+        with _raw(compositor.control) as raw:
+            raw.sendall(
+                b"CONFIGURE headless mode=320x240@59.9 transform=x\n"
+                b"CONFIGURE headless mode=1x1\nCONFIGURE headless modeset=1\n"
+                b"CONFIGURE " + b"h" * 63 + b" scale=2 scale=2 scale=2 scale=2 scale=2\n"
+            )
+            assert len(_lines(raw, 4)) == 4
+        assert len(control.outputs()) == 1
     _answers(compositor)
     return stays
 
@@ -845,9 +857,7 @@ def _every_pixel(colour: tuple[int, int, int]) -> Callable[[Frame], bool]:
 
 def _off_pixels(frame: Frame, colour: tuple[int, int, int]) -> int:
     header = frame.header
-    return sum(
-        frame.rgb(x, y) != colour for y in range(header.height) for x in range(header.width)
-    )
+    return sum(frame.rgb(x, y) != colour for y in range(header.height) for x in range(header.width))
 
 
 @pytest.mark.parametrize(
@@ -860,8 +870,14 @@ def _off_pixels(frame: Frame, colour: tuple[int, int, int]) -> int:
         ("popup", "X1", (X1[0], 0)),
         ("popup", "X2", (-X2[0], 0)),
     ],
-    ids=["wide-buffer", "wide-buffer-left", "subsurface", "subsurface-negative", "popup",
-         "popup-negative"],
+    ids=[
+        "wide-buffer",
+        "wide-buffer-left",
+        "subsurface",
+        "subsurface-negative",
+        "popup",
+        "popup-negative",
+    ],
 )
 def test_a_client_cannot_draw_on_the_neighbouring_output(
     two_outputs: Compositor,
@@ -1142,7 +1158,12 @@ def test_outputs_reports_every_output_left_to_right(tenants: Tenants) -> None:
         ("X3", L1[0] + L2[0], *L3),
     ]
     x2 = states["X2"]
-    assert (x2.width, x2.height, x2.refresh_mhz, x2.transform, x2.scale) == (*L2, 60000, "normal", 1)
+    assert (x2.width, x2.height, x2.refresh_mhz, x2.transform, x2.scale) == (
+        *L2,
+        60000,
+        "normal",
+        1,
+    )
     assert [(m.width, m.height) for m in x2.modes] == [L2]
 
 
