@@ -439,6 +439,12 @@ control_configure(struct conn *conn, char **w, int n)
 				   mode->refresh, output->current_mode->width,
 				   output->current_mode->height, output->current_mode->refresh);
 	}
+	/* The DRM backend's mode switch invalidates the card's state: its next commit starts
+	 * with every plane off and re-adds only the outputs it repaints. Repainting every
+	 * output at once is meant to put the other heads in that same commit; left alone,
+	 * a head with nothing new to draw could stay dark. */
+	if (mode)
+		weston_compositor_damage_all(layout->compositor);
 	if (req.has_scale && req.scale != output->current_scale)
 		weston_output_set_scale(output, req.scale);
 	if (req.has_transform && req.transform != output->transform)
