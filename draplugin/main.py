@@ -157,6 +157,8 @@ def operator(**options: Any) -> None:
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,
         metrics=node.runtime.metrics if node else None,
+        # One owner of the compositor: the publisher's, counted in its metrics.
+        compositor=node.compositor if node else settings.compositor(),
     )
     try:
         driver.recover()

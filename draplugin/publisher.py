@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from draplugin.checkpoint import Checkpoint
+from draplugin.compositor import Compositor
 from draplugin.node.displays import ClaimRef
+from draplugin.node.metrics import Metrics
 from draplugin.node.retry import Backoff
 from draplugin.node.runtime import (
     NodeConfig,
@@ -75,23 +77,23 @@ class Publisher:
         except NodeThreadError as err:  # the publisher ended: the process is exiting
             log.warning("cannot re-read sysfs: %s", err)
 
+    @property
+    def compositor(self) -> Compositor:
+        return self.runtime.compositor
+
     def stop(self) -> None:
         self.metrics_server.shutdown()
         self.thread.stop()
 
 
-def start_publisher(settings: Settings, *, metrics_addr: str,
-                    on_fatal: Callable[[BaseException], None] | None = None) -> Publisher:
-    """Start the publisher for this node and serve its metrics and liveness on `metrics_addr`.
-    `on_fatal` hears what ended the publisher by itself."""
+def node_config(settings: Settings) -> NodeConfig:
+    """The publisher's view of the settings (the compositor's paths and timeouts are the
+    Compositor's, from `Settings.compositor`, never copied here)."""
     namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
-    config = NodeConfig(
+    return NodeConfig(
         node=settings.node_name,
-        weston_socket=settings.wayland_socket,
         sysfs_root=settings.sysfs_root,
         dev_root=settings.dev_root,
-        pid_file=settings.pid_file,
-        restarts_dir=settings.restarts_dir,
         pod=(namespace, pod) if namespace and pod else None,
         aliases=settings.aliases,
         hotplug_resync=settings.hotplug_resync_s,
@@ -99,11 +101,25 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         liveness_timeout=settings.liveness_timeout_s,
         backoff=Backoff.capped(settings.api_backoff_cap_s),
     )
+
+
+def node_runtime(settings: Settings, client: Any) -> NodeRuntime:
+    """The node publisher's runtime for these settings, with its compositor counted in its
+    metrics."""
+    registry = Metrics()
+    config = node_config(settings)
+    return NodeRuntime(client, config, settings.compositor(recorder=registry,
+                                                           probe_timeout=config.probe_timeout),
+                       registry=registry)
+
+
+def start_publisher(settings: Settings, *, metrics_addr: str,
+                    on_fatal: Callable[[BaseException], None] | None = None) -> Publisher:
+    """Start the publisher for this node and serve its metrics and liveness on `metrics_addr`.
+    `on_fatal` hears what ended the publisher by itself."""
     kube = settings.kube
     thread = NodeThread(
-        lambda: NodeRuntime(
-            async_client(endpoint=kube.endpoint()), config
-        ),
+        lambda: node_runtime(settings, async_client(endpoint=kube.endpoint())),
         on_fatal=on_fatal,
     )
     runtime = thread.start()

@@ -42,7 +42,7 @@ class DictKube:
             raise RuntimeError(f"a bug reading claim {name}")
         return self.claims.get((namespace, name))
 
-    def get_display_spec(self, name: str) -> dict[str, Any] | None:
+    def get_display(self, name: str) -> dict[str, Any] | None:
         return None
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
@@ -210,11 +210,14 @@ def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: 
     shutil.rmtree(settings.weston_ini.parent)
     settings.weston_ini.parent.mkdir()
     settings.weston_ini.write_text("[core]\n")
-    rolled = Driver(settings, kube, metrics=metrics)
+    rolled = Driver(settings, kube, metrics=metrics,
+                    compositor=settings.compositor(recorder=metrics))
     rolled.recover()
     assert "transform=rotate-90" in settings.weston_ini.read_text()
     assert rolled.unprepare([claim]) == {claim.uid: ""}
     assert "transform" not in settings.weston_ini.read_text()
     assert kube.patches == []
     # No weston runs here, so nothing was ordered.
-    assert _scrape(metrics)['display_compositor_restarts_total{reason="ordered"}'] == 0
+    scraped = _scrape(metrics)
+    assert [scraped[f'display_compositor_restarts_total{{reason="{r}"}}']
+            for r in ("unsupported", "new-connector", "start")] == [0, 0, 0]
