@@ -87,7 +87,7 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 @click.option("--prometheus", is_flag=True,
               help="Also run Prometheus (Debian's) on 127.0.0.1:9090, scraping the node's"
                    " ports every 5 s with the alerts of deploy/overlays/monitoring: see"
-                   " http://127.0.0.1:9090/alerts while `simnode hang` runs.")
+                   " http://127.0.0.1:9090/classic/alerts while `simnode hang` runs.")
 def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                kubeconfig: Path | None, context: str | None, node_name: str,
                images: bool, prometheus: bool) -> None:

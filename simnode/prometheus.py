@@ -1,6 +1,7 @@
 """`simnode up --prometheus`: Debian's Prometheus scraping the node's two listeners with the
 alerts deploy/overlays/monitoring ships, so `simnode hang` shows an alert at
-http://127.0.0.1:9090/alerts.
+http://127.0.0.1:9090/classic/alerts (Debian's build serves the classic UI only: /alerts is 404;
+the API's /api/v1/alerts answers the same).
 
 The scrape sets the labels the PodMonitor gives (`job` display-operator / display-capture,
 `node`, `namespace`, `pod`), so the shipped rules read the simulated node as a real one. Scrape
@@ -120,7 +121,7 @@ def serving(settings: Settings | None, out: TextIO) -> Iterator[None]:
         process = _start(binary, config_file, home, settings.addr, log)
         try:
             _wait_ready(process, settings.addr, log_path)
-            print(f"prometheus: http://{settings.addr}/alerts (rules from {RULE}, scrape and"
+            print(f"prometheus: http://{settings.addr}/classic/alerts (rules from {RULE}, scrape and"
                   f" evaluation every {INTERVAL}; log {log_path})", file=out, flush=True)
             yield
         finally:

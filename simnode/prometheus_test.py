@@ -64,7 +64,9 @@ def test_runs_with_the_shipped_alerts_and_stops(tmp_path: Path) -> None:
     out = io.StringIO()
     settings = prometheus.Settings(repo=REPO, state=tmp_path, node_name="n1", addr=addr)
     with prometheus.serving(settings, out):
-        assert f"http://{addr}/alerts" in out.getvalue()
+        assert f"http://{addr}/classic/alerts" in out.getvalue()
+        with urllib.request.urlopen(f"http://{addr}/classic/alerts", timeout=10) as page:
+            assert b"DisplayCompositorDown" in page.read()
         groups = _get(f"http://{addr}/api/v1/rules?type=alert")["groups"]
         names = {r["name"] for g in groups for r in g["rules"]}
         shipped = prometheus.rule_groups(REPO)["groups"]
