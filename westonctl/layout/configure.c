@@ -243,8 +243,10 @@ print_state(struct conn *conn, const char *prefix, struct weston_output *output,
 			last_r = mode->refresh;
 			written = snprintf(list + used, sizeof list - used, "%s%dx%d@%d",
 					   used ? "," : "", mode->width, mode->height, mode->refresh);
-			if (written < 0 || (size_t)written >= sizeof list - used)
+			if (written < 0 || (size_t)written >= sizeof list - used) {
+				list[used] = '\0';	/* whole modes only */
 				break;
+			}
 			used += (size_t)written;
 		}
 	}
