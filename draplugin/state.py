@@ -247,6 +247,7 @@ class Driver:
         on_applied: Callable[[modes.Applied, Checkpoint], None] | None = None,
         on_claim_applied: Callable[[ClaimEntry, Mapping[str, OutputState | None]], None]
         | None = None,
+        on_claim_released: Callable[[ClaimEntry], None] | None = None,
     ) -> None:
         self._settings = settings
         self._kube = kube
@@ -254,8 +255,10 @@ class Driver:
         # Told each derivation and what the compositor did with it, with the checkpoint it
         # came from (each Display's spec outcome).
         self._on_applied = on_applied
-        # Told each prepared claim's outputs as the compositor runs them (the claim's status).
+        # Told each prepared claim's outputs as the compositor runs them, and each released
+        # claim (the claim's status).
         self._on_claim_applied = on_claim_applied
+        self._on_claim_released = on_claim_released
         self._ddc = ddc or NoDdc()
         # Why new prepares must fail now (the compositor does not answer), or None.
         self._refuse = refuse or (lambda: None)
@@ -443,6 +446,11 @@ class Driver:
         self._fault("unprepare-applied")
         self._save(self._load().without_claim(entry.uid))
         self._fault("unprepare-completed")
+        if self._on_claim_released is not None:
+            try:
+                self._on_claim_released(entry)
+            except Exception:  # the kubelet's answer must not depend on the status writer
+                log.exception("could not withdraw what claim %s got", entry.uid)
 
     def _clean_orphan(self, uid: str) -> bool:
         removed = cdi.remove_spec(uid, cdi_dir=self._settings.cdi_dir)

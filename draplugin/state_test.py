@@ -221,3 +221,20 @@ def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: 
     scraped = _scrape(metrics)
     assert [scraped[f'display_compositor_restarts_total{{reason="{r}"}}']
             for r in ("unsupported", "new-connector", "start")] == [0, 0, 0]
+
+
+def test_the_claims_status_hears_each_prepare_and_release(tmp_path: Path) -> None:
+    """What each prepared claim got goes to the claim's status writer, and its release takes
+    it out; with no compositor running there is no state to tell, only the device."""
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    claim = kube.add("kiosk", [HDMI], [{"mode": "1920x1080@60"}])
+    heard: list[tuple[str, str, dict[str, object]]] = []
+    driver = Driver(settings, kube,
+                    on_claim_applied=lambda e, states: heard.append(("got", e.uid, dict(states))),
+                    on_claim_released=lambda e: heard.append(("released", e.uid, {})))
+    assert driver.prepare([claim])[claim.uid].error == ""
+    assert driver.prepare([claim])[claim.uid].error == ""  # once: it was prepared already
+    assert driver.unprepare([claim]) == {claim.uid: ""}
+    assert heard == [("got", claim.uid, {HDMI: None}), ("released", claim.uid, {})]
