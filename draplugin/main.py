@@ -159,6 +159,7 @@ def operator(**options: Any) -> None:
         metrics=node.runtime.metrics if node else None,
         # One owner of the compositor: the publisher's, counted in its metrics.
         compositor=node.compositor if node else settings.compositor(),
+        on_applied=node.specs_applied if node else None,
     )
     try:
         driver.recover()

@@ -2,8 +2,10 @@
 
 The publisher (`draplugin.node`) runs on its own asyncio thread; the kubelet side is sync
 gRPC. This module is the seam: it tells the driver why prepares must fail now (the
-watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, and
-after every prepare/unprepare batch tells the publisher which claim holds which monitor.
+watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, after
+every prepare/unprepare batch tells the publisher which claim holds which monitor, and
+after every derivation the driver applied writes each Display's spec outcome (its
+SpecApplied condition and observedGeneration).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from draplugin import modes
 from draplugin.checkpoint import Checkpoint
 from draplugin.compositor import Compositor
-from draplugin.node.displays import ClaimRef
+from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
-from draplugin.node.retry import Backoff
+from draplugin.node.retry import Backoff, fatal
 from draplugin.node.runtime import (
     NodeConfig,
     NodeRuntime,
@@ -69,6 +72,27 @@ class Publisher:
         self.runtime.set_claims(holders)
         self.thread.submit(self.runtime.supervise(self.runtime.refresh()))
 
+    def specs_applied(self, applied: modes.Applied, checkpoint: Checkpoint) -> None:
+        """Write what came of each Display's spec in `applied` (any thread)."""
+        found = modes.verdicts(applied, modes.holders(checkpoint))
+        if not found:
+            return
+        try:
+            self.thread.submit(self.runtime.supervise(self._report(found)))
+        except NodeThreadError as err:  # the publisher ended: the process is exiting
+            log.warning("cannot report the Displays' spec outcome: %s", err)
+
+    async def _report(self, found: list[modes.SpecVerdict]) -> None:
+        for verdict in found:
+            try:
+                await self.runtime.displays.report_spec(verdict.display, verdict.generation,
+                                                        spec_outcome(verdict))
+            except DisplaysError as err:
+                if fatal(err):
+                    raise
+                # The next derivation (a prepare, a hotplug, an edit) reports it again.
+                log.error("%s", err)
+
     def rescan(self) -> None:
         """Re-read sysfs now, as a uevent would make it (SIGHUP)."""
         log.info("re-reading sysfs on request")
@@ -84,6 +108,24 @@ class Publisher:
     def stop(self) -> None:
         self.metrics_server.shutdown()
         self.thread.stop()
+
+
+def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
+    """The SpecApplied condition a verdict makes."""
+    if verdict.reason == "Applied":
+        return SpecOutcome.applied(mode=verdict.mode, transform=verdict.transform,
+                                   scale=verdict.scale)
+    if verdict.reason == "HeldByClaim" and verdict.holder is not None:
+        holder = verdict.holder
+        return SpecOutcome.held_by_claim(ClaimRef(namespace=holder.namespace, name=holder.name,
+                                                  uid=holder.uid))
+    if verdict.reason == "ModeNotOffered":
+        return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
+    if verdict.reason == "InvalidSpec":
+        return SpecOutcome.invalid_spec(verdict.field, verdict.detail)
+    if verdict.reason == "ApplyFailed":
+        return SpecOutcome.apply_failed(verdict.field, verdict.detail)
+    return SpecOutcome.restart_pending(verdict.detail)
 
 
 def node_config(settings: Settings) -> NodeConfig:

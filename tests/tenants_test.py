@@ -25,7 +25,7 @@ from libdisplay.modes import Mode
 from simnode import card
 from simnode.api import DISPLAYS
 from simnode.pod import node as pod_node
-from tests.pod_scenario_test import NODE, _node, rendered, slice_devices, wait_for
+from tests.pod_scenario_test import NODE, _node, denials, rendered, slice_devices, wait_for
 from tests.support.tenant import Tenant, wait_still
 
 RED, GREEN = (255, 0, 0), (0, 255, 0)
@@ -99,12 +99,28 @@ def _until_output(tenants: Tenants, what: str, check: object, timeout: float = A
              what=f"{name} {what}", timeout=timeout)
 
 
+def _until_spec(tenants: Tenants, display: str, reason: str, words: str) -> None:
+    """The Display's SpecApplied condition, for its current generation, is `reason` and its
+    message holds `words`."""
+
+    def says() -> bool:
+        found = tenants.node.control.person.get(DISPLAYS, display) or {}
+        status = found.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        applied = conditions.get("SpecApplied") or {}
+        return (status.get("observedGeneration") == found["metadata"]["generation"]
+                and applied.get("reason") == reason and words in applied.get("message", ""))
+
+    wait_for(says, what=f"Display {display} SpecApplied {reason} ({words})", timeout=APPLY_S)
+
+
 def test_a_claims_mode_and_its_release_cut_no_other_tenant(tenants: Tenants) -> None:
     third = _third(tenants)
     preferred = third.modes[0]
     name, uid = pod_node.claim(tenants.node, third.device, {"mode": "1280x720@60"})
     _until_output(tenants, "at 1280x720", lambda s: (s.width, s.height) == (1280, 720))
     tenants.kept()
+    _until_spec(tenants, f"{NODE}.{third.device}", "HeldByClaim", f"/{name} holds the output")
     pod_node.release(tenants.node, name, uid)
     _until_output(tenants, f"back at {preferred}",
                   lambda s: (s.width, s.height) == (preferred.width, preferred.height))
@@ -144,6 +160,11 @@ def test_a_persons_spec_edit_on_the_unclaimed_output_applies_at_once(tenants: Te
     print(f"spec.mode edit applied {took:.2f} s after the patch")
     assert took <= SPEC_APPLY_S, f"applied {took:.2f} s after the edit, not within 2 s"
     tenants.kept()
+    _until_spec(tenants, display, "Applied", "runs at 1280x720@60")
+    # A mode the monitor does not offer: nothing changes, and the Display says why.
+    tenants.node.control.person.patch(DISPLAYS, display, {"spec": {"mode": "800x600@60"}})
+    _until_spec(tenants, display, "ModeNotOffered", "offered: 1600x900@60, 1280x720@60")
+    tenants.kept()
     tenants.node.control.person.patch(DISPLAYS, display, {"spec": {"mode": None}})
     _until_output(tenants, "back at its preferred mode",
                   lambda s: (s.width, s.height) == (third.modes[0].width,
@@ -168,3 +189,4 @@ def test_a_replug_cuts_no_other_tenant(tenants: Tenants) -> None:
                   lambda s: (s.width, s.height) == (third.modes[0].width,
                                                     third.modes[0].height))
     tenants.kept()
+    assert denials(node) == []
