@@ -121,8 +121,9 @@ def serving(settings: Settings | None, out: TextIO) -> Iterator[None]:
         process = _start(binary, config_file, home, settings.addr, log)
         try:
             _wait_ready(process, settings.addr, log_path)
-            print(f"prometheus: http://{settings.addr}/classic/alerts (rules from {RULE}, scrape and"
-                  f" evaluation every {INTERVAL}; log {log_path})", file=out, flush=True)
+            print(f"prometheus: http://{settings.addr}/classic/alerts (rules from {RULE},"
+                  f" scrape and evaluation every {INTERVAL}; log {log_path})", file=out,
+                  flush=True)
             yield
         finally:
             _stop(process)
