@@ -24,6 +24,7 @@ from libdisplay.layout import LayoutControl, LayoutError, OutputState
 from libdisplay.modes import Mode
 from simnode import card
 from simnode.api import DISPLAYS
+from simnode.pod import control
 from simnode.pod import node as pod_node
 from tests.pod_scenario_test import NODE, _node, denials, rendered, slice_devices, wait_for
 from tests.support.tenant import Tenant, wait_still
@@ -121,6 +122,13 @@ def test_a_claims_mode_and_its_release_cut_no_other_tenant(tenants: Tenants) -> 
     _until_output(tenants, "at 1280x720", lambda s: (s.width, s.height) == (1280, 720))
     tenants.kept()
     _until_spec(tenants, f"{NODE}.{third.device}", "HeldByClaim", f"/{name} holds the output")
+    # The claim says what it got.
+    found = tenants.node.control.admin.get(control.CLAIMS, name,
+                                           namespace=pod_node.CONSUMER_NAMESPACE) or {}
+    (entry,) = found["status"]["devices"]
+    assert (entry["device"], entry["data"]["output"], entry["data"]["mode"]) == (
+        third.device, third.output, "1280x720@60")
+    assert [c["type"] for c in entry["conditions"] if c["status"] == "True"] == ["Ready"]
     pod_node.release(tenants.node, name, uid)
     _until_output(tenants, f"back at {preferred}",
                   lambda s: (s.width, s.height) == (preferred.width, preferred.height))
