@@ -42,8 +42,6 @@ RestartReason = Literal["unsupported", "new-connector", "start"]
 change live, a monitor on a connector weston never drove, the derivation at the operator's start."""
 RESTART_REASONS: tuple[str, ...] = ("unsupported", "new-connector", "start")
 CRASH = "crash"
-LEGACY_ORDERED = "ordered"
-"""The reason `restart_ordered()` counts, until no caller says why it orders a restart."""
 ReconfigureResult = Literal["live", "fallback", "failed"]
 """A change to an output: applied live, applied by a compositor restart, not applied."""
 RECONFIGURE_RESULTS: tuple[str, ...] = ("live", "fallback", "failed")
@@ -174,10 +172,6 @@ class Metrics:
         if reason not in RESTART_REASONS:
             raise BadLabelError("reason", reason, ", ".join(RESTART_REASONS))
         self._restarts.add(reason)
-
-    def restart_ordered(self) -> None:
-        """A restart order without a reason (callers are moving to `compositor_restarted`)."""
-        self._restarts.add(LEGACY_ORDERED)
 
     def output_reconfigured(self, output: str, result: ReconfigureResult) -> None:
         """One change to `output`'s mode, transform or scale ended with `result`."""

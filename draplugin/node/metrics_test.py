@@ -32,7 +32,6 @@ def _filled() -> metrics.Metrics:
     m.api_retry("resourceslice-sync")
     m.ddc_operations.labels(operation="set_vcp").inc()
     m.ddc_errors.labels(operation="capabilities").inc()
-    m.restart_ordered()
     m.compositor_restarted("unsupported")
     m.output_reconfigured("HDMI-A-1", "fallback")
     m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080@60", transform="normal",
@@ -58,7 +57,7 @@ def test_restart_counts_by_reason() -> None:
     m = _filled()
     m.set_crash_restarts(2)  # an older read arriving late does not lower the count
     text = m.exposition().decode()
-    assert 'display_compositor_restarts_total{reason="ordered"} 1.0' in text
+    assert 'display_compositor_restarts_total{reason="unsupported"} 1.0' in text
     assert 'display_compositor_restarts_total{reason="crash"} 4.0' in text
     assert 'display_api_errors_total{code="429",resource="resourceslices"} 1.0' in text
 
