@@ -203,6 +203,14 @@ class Metrics:
             self.output_info.labels(output, *info).set(1)
             self._output_info[output] = info
 
+    def set_output_connected(self, output: str, connected: bool) -> None:
+        """Whether a monitor is on `output`, as sysfs says, for a connector weston may no longer
+        report (an unplugged one): its mode, transform and scale stay as last set."""
+        _check_output(output)
+        with self._outputs_lock:
+            self._init_output(output)
+            self.output_connected.labels(output=output).set(1 if connected else 0)
+
     def _init_output(self, output: str) -> None:
         for result in RECONFIGURE_RESULTS:
             self.output_reconfigures.labels(output=output, result=result)

@@ -228,3 +228,17 @@ def test_output_state_refuses_bad_fields_and_changes_nothing(
         m.set_output_state(**args)
     assert caught.value.field == field
     assert _samples(m) == before
+
+
+def test_output_connected_alone_keeps_the_last_mode() -> None:
+    m = metrics.Metrics()
+    m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080@60", transform="normal",
+                       scale=1)
+    m.set_output_connected("HDMI-A-1", False)
+    m.set_output_connected("DP-2", False)
+    text = m.exposition().decode()
+    assert 'display_output_connected{output="HDMI-A-1"} 0.0' in text
+    assert 'display_output_connected{output="DP-2"} 0.0' in text
+    assert 'mode="1920x1080@60",output="HDMI-A-1"' in text
+    with pytest.raises(metrics.BadLabelError, match="output"):
+        m.set_output_connected("HDMI A", True)
