@@ -27,8 +27,9 @@ class KubeError(Exception):
 class Kube(Protocol):
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def get_display_spec(self, name: str) -> dict[str, Any] | None:
-        """The Display's `spec` ({} without one); None when there is no such Display."""
+    def get_display(self, name: str) -> dict[str, Any] | None:
+        """The Display (its `spec` is what a person wants, its `metadata.generation` which
+        edit that is); None when there is no such Display."""
         ...
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
@@ -55,11 +56,9 @@ class LightkubeKube:
         obj = self._get(ResourceClaim, name, namespace=namespace, what="ResourceClaim")
         return None if obj is None else dict(obj.to_dict())
 
-    def get_display_spec(self, name: str) -> dict[str, Any] | None:
+    def get_display(self, name: str) -> dict[str, Any] | None:
         obj = self._get(self._display, name, namespace=None, what="Display")
-        if obj is None:
-            return None
-        return dict(obj.to_dict().get("spec") or {})
+        return None if obj is None else dict(obj.to_dict())
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
         from lightkube.types import PatchType

@@ -157,6 +157,10 @@ def operator(**options: Any) -> None:
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,
         metrics=node.runtime.metrics if node else None,
+        # One owner of the compositor: the publisher's, counted in its metrics.
+        compositor=node.compositor if node else settings.compositor(),
+        on_applied=node.specs_applied if node else None,
+        **_claim_status(settings, endpoint),
     )
     try:
         driver.recover()
@@ -200,6 +204,37 @@ def _stop_publisher(node: Any) -> None:
         node.stop()
     except NodeThreadError as err:  # a stuck loop: the process exit ends it
         log.error("%s", err)
+
+
+def _claim_status(settings: Any, endpoint: Any) -> dict[str, Callable[..., None]]:
+    """The driver's hooks that write what each prepared claim got into its ResourceClaim's
+    status (draplugin.claimstatus), and take it out at release."""
+    from draplugin.claimstatus import (
+        AppliedOutput,
+        ClaimKey,
+        ClaimStatusWriter,
+        DeviceStatus,
+    )
+    from libdisplay import kubelightkube
+
+    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
+                               pool=settings.node_name)
+
+    def key(entry: Any) -> ClaimKey:
+        return ClaimKey(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+
+    def applied(entry: Any, states: Any) -> None:
+        writer.report(key(entry), [
+            DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
+            if state is not None else DeviceStatus.not_ready(
+                device, "OutputUnknown", "the compositor cannot say what this output runs at "
+                "now (not running, or without the layout module)")
+            for device, state in states.items()])
+
+    def released(entry: Any) -> None:
+        writer.withdraw(key(entry))
+
+    return {"on_claim_applied": applied, "on_claim_released": released}
 
 
 def _restore_when_back(driver: Any) -> Callable[[Any], None]:

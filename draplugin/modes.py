@@ -1,4 +1,4 @@
-"""Claim modes: what each output runs at, the weston.ini that says so, and ordered restarts.
+"""Claim modes: what each output runs at, the weston.ini that says so, and applying it.
 
 Where each fact lives, once:
 
@@ -13,39 +13,35 @@ Where each fact lives, once:
 - **What an output runs at** is derived, never stored: per connected connector, the claim
   holding it (checkpoint state `started` or `prepared`) over the Display's `spec` over the
   monitor's preferred mode, field by field for transform and scale; a claim's `preferred`
-  overrides `spec.mode` (`libdisplay.outputs.choose`). `weston.ini` is that derivation
-  written out. declare writes it at pod start from the Displays alone (it cannot read the
-  checkpoint); the operator rewrites it from the checkpoint and the Displays at its own start,
-  at each prepare or unprepare that states output fields, and after each connector change the
-  slice published (`Driver.follow_connectors`: a monitor plugged in after start gets its
-  claim's or Display's mode), and restarts the compositor when the text changed. So a new
-  pod sets each mode once, except an output a claim holds across the roll: weston starts at
-  its Display's mode and the operator's start-up orders the one restart that puts the
-  claim's mode back. A machine that comes up with no claim left
-  runs every screen at its Display's `spec.mode`, or at the mode its monitor prefers.
+  overrides `spec.mode` (`libdisplay.outputs.choose`).
 
-A rewrite of weston.ini and the restart that applies it are two steps: a marker beside
-weston.ini (`weston.ini.unapplied`) is written before the file and removed once weston has
-been told to restart (or is not running, and reads the file when it starts), so an operator
-killed between the two restarts the compositor at its next start.
+`apply` derives it, writes it out as `weston.ini` (for weston's next start: declare writes
+the same file at pod start from the Displays alone, as it cannot read the checkpoint), and
+brings the running compositor to it through `draplugin.compositor.Compositor`: live, output
+by output, through the layout module; a restart only where the module cannot. It runs at
+each prepare or unprepare that states output fields, after each connector change the slice
+published, after a person edits a Display's `spec`, and at the operator's start (a pod that
+replaced the last one started weston from the Displays alone, so an output a claim holds
+across the roll gets its claim's settings back, live).
 
-A restart is a restart order naming weston's pid (`libdisplay.westonpid`, which checks the pid
-is weston's), SIGTERM, then a bounded wait until a new weston answers on the socket.
+The file and the running compositor are two steps: a marker beside weston.ini
+(`weston.ini.unapplied`) is written before the file and removed once the compositor was
+brought to it (or is not running, and reads the file when it starts), so an operator killed
+between the two still applies the change at its next start, even where only a restart can
+(a stock shell, without the layout module).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from draplugin.checkpoint import Checkpoint, ClaimEntry
 from draplugin.claimconfig import DisplayConfig, from_stored
+from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mode_text
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import display, drm, fsutil
@@ -54,20 +50,18 @@ from libdisplay.modes import Mode
 from libdisplay.outputs import (
     CLAIMS_DIR,
     DEFAULT_CORE,
+    Choice,
     LayoutSockets,
     choose_all,
     compose_ini,
+    read_monitor,
 )
-from libdisplay.wayland import Liveness, probe
-from libdisplay.weston import order_restart
-from libdisplay.westonpid import weston_pid
+from libdisplay.weston import WestonIniError, check_output_mode
 
 log = logging.getLogger(__name__)
 
 HOLDING_STATES: Final = ("started", "prepared")
 """Checkpoint states whose claim's output fields apply; `unpreparing` is being released."""
-_POLL_S: Final = 0.02
-_PROBE_TIMEOUT_S: Final = 0.5
 
 
 class ModesError(Exception):
@@ -76,10 +70,6 @@ class ModesError(Exception):
 
 class DisplayReadError(ModesError):
     """A Display could not be read from the API: the derivation would be a guess."""
-
-
-class CompositorTimeoutError(ModesError):
-    """The compositor did not answer on its socket in time after a restart."""
 
 
 def output_fields(config: DisplayConfig) -> DisplayConfig:
@@ -120,59 +110,202 @@ def claimed_outputs(checkpoint: Checkpoint) -> dict[str, DisplayConfig]:
 # --- weston.ini --------------------------------------------------------------------------
 
 
-def compose(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig], *,
-            cards: Iterable[drm.Card] | None = None) -> str:
-    """weston.ini text for every output of the card, composed as declare composes it."""
+@dataclass(frozen=True, slots=True)
+class Derivation:
+    """What every output of the card runs at, and why: per device name its choice (the
+    compositor's output name and settings, their source, what was refused), the Display
+    each read, and the claims' fields; `text` is weston.ini saying so."""
+
+    choices: dict[str, Choice]
+    connected: tuple[str, ...]
+    displays: dict[str, ReadDisplay | None]
+    claimed: dict[str, DisplayConfig]
+    offered: dict[str, tuple[Mode, ...]]
+    text: str
+
+    def wanted(self, *, modeset: Collection[str] = ()) -> list[Wanted]:
+        """What the compositor's outputs should run at, one per connected device; `modeset`
+        names devices whose monitor was re-plugged (a full modeset even when nothing
+        differs)."""
+        wanted = []
+        for device in self.connected:
+            output = self.choices[device].output
+            wanted.append(Wanted(
+                output=output.name,
+                mode=output.mode if isinstance(output.mode, Mode) else None,
+                transform=output.transform or "normal",
+                scale=output.scale or 1,
+                modeset=device in modeset))
+        return wanted
+
+
+def derive(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig], *,
+           cards: Iterable[drm.Card] | None = None) -> Derivation:
+    """Every output's settings from the checkpoint's claims over the Displays, as declare
+    composes them (DisplayReadError when a Display cannot be read: a derivation would be a
+    guess)."""
     cards = tuple(cards) if cards is not None else drm.enumerate_cards(
         sysfs_root=settings.sysfs_root, dev_root=settings.dev_root
     )
-    connected = [c.device_name for card in cards for c in card.connectors if c.connected]
-    specs = {d: _merged_spec(_display_spec(kube, settings.node_name, d), claimed.get(d))
-             for d in connected}
+    connected = tuple(c.device_name for card in cards for c in card.connectors if c.connected)
+    read = {d: _read_display(kube, settings.node_name, d) for d in connected}
+    merged = {d: _merged_spec(r.spec if r else None, claimed.get(d)) for d, r in read.items()}
     claim_modes = {d: c.mode for d, c in claimed.items() if isinstance(c.mode, Mode)}
-    choices = choose_all(cards, specs=specs, claim_modes=claim_modes, aliases=settings.aliases)
+    choices = choose_all(cards, specs=merged, claim_modes=claim_modes, aliases=settings.aliases)
+    devices = [c.device_name for card in cards for c in card.connectors]
     for choice in choices:
         for warning in choice.warnings:
             log.warning("%s", warning)
     # The same [core] and layout sockets declare writes, so only the outputs can differ.
-    return compose_ini(
+    text = compose_ini(
         choices,
         core=replace(DEFAULT_CORE, shell=settings.shell),
         layout=LayoutSockets.beside(settings.weston_ini,
                                     claims_dir=settings.socket_dir / CLAIMS_DIR),
     ).render()
+    offered = {c.device_name: read_monitor(c).offered
+                for card in cards for c in card.connectors if c.connected}
+    return Derivation(choices=dict(zip(devices, choices, strict=True)), connected=connected,
+                      displays=read, claimed=dict(claimed), offered=offered, text=text)
+
+
+def compose(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig], *,
+            cards: Iterable[drm.Card] | None = None) -> str:
+    """weston.ini text for every output of the card with these claims' fields."""
+    return derive(settings, kube, claimed, cards=cards).text
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What `apply` derived, and what the compositor did with it."""
+
+    derivation: Derivation
+    outcome: Outcome = field(default_factory=Outcome)
+    written: bool = False
+
+    @property
+    def restarted(self) -> bool:
+        return self.outcome.restarted is not None
 
 
 def unapplied_marker(weston_ini: Path) -> Path:
     return weston_ini.with_name(weston_ini.name + ".unapplied")
 
 
-def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, *, reason: str,
-          restart: bool = True,
-          on_ordered: Callable[[], None] | None = None,
-          on_written: Callable[[], None] | None = None) -> bool:
-    """Bring weston.ini in line with the checkpoint and the Displays, and restart the
-    compositor when it changed (or an earlier change was never applied). True when it did.
-    With `restart` False the file is only rewritten, for weston's next start, and an earlier
-    unapplied change stays marked. `on_ordered` hears each restart order; `on_written` is
-    called between the file and the restart (a test's crash point)."""
-    text = compose(settings, kube, claimed_outputs(checkpoint))
+SpecReason = Literal["Applied", "HeldByClaim", "ModeNotOffered", "InvalidSpec", "ApplyFailed",
+                     "RestartPending"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecVerdict:
+    """What came of one Display's `spec` (the generation the derivation read): applied, with
+    what weston reports; held by a claim that sets the output; a mode the monitor does not
+    offer (with what it offers); a spec no compositor can take; a change the compositor
+    refused; or waiting for the compositor to start."""
+
+    device: str
+    display: str
+    generation: int
+    reason: SpecReason
+    mode: str = ""
+    transform: str = ""
+    scale: int = 1
+    holder: ClaimEntry | None = None
+    offered: tuple[str, ...] = ()
+    field: str = ""
+    detail: str = ""
+
+
+def holders(checkpoint: Checkpoint) -> dict[str, ClaimEntry]:
+    """Per device, the claim that holds it and sets its output (a claim stating no output
+    field leaves the Display's spec in force)."""
+    held = {}
+    for uid in sorted(checkpoint.claims):
+        entry = checkpoint.claims[uid]
+        if entry.state not in HOLDING_STATES:
+            continue
+        for device in entry.config:
+            if output_fields(stored_config(entry, device)).states_output:
+                held[device] = entry
+    return held
+
+
+def verdicts(applied: Applied, held: Mapping[str, ClaimEntry]) -> list[SpecVerdict]:
+    """Each connected output's Display spec outcome after `apply`."""
+    derivation, outcome = applied.derivation, applied.outcome
+    found = []
+    for device in derivation.connected:
+        read = derivation.displays.get(device)
+        if read is None or read.generation is None:
+            continue  # no Display yet: the publisher creates it, and its creation is an edit
+        verdict = SpecVerdict(device=device, display=read.name, generation=read.generation,
+                              reason="Applied")
+        output = derivation.choices[device].output.name
+        state = outcome.states.get(output)
+        if read.invalid is not None:
+            verdict = replace(verdict, reason="InvalidSpec", field="spec",
+                              detail=str(read.invalid))
+        elif device in held:
+            verdict = replace(verdict, reason="HeldByClaim", holder=held[device])
+        elif read.spec is not None and read.spec.mode is not None and not _offers(
+                read.spec.mode, derivation.offered.get(device, ()), output):
+            verdict = replace(verdict, reason="ModeNotOffered", mode=str(read.spec.mode),
+                              offered=_listed(derivation.offered.get(device, ())))
+        elif output in outcome.failed:
+            err = outcome.failed[output]
+            verdict = replace(verdict, reason="ApplyFailed",
+                              field=str(getattr(err, "field", "") or "output"), detail=str(err))
+        elif state is None:
+            verdict = replace(verdict, reason="RestartPending",
+                              detail="the compositor is not running; it starts at the spec")
+        else:
+            verdict = replace(verdict, mode=mode_text(state), transform=state.transform,
+                              scale=state.scale)
+        found.append(verdict)
+    return found
+
+
+def _listed(offered: tuple[Mode, ...]) -> tuple[str, ...]:
+    """The offered modes as a person reads them: a size sysfs lists without a refresh is
+    left out where the EDID gives it with one."""
+    timed = {(m.width, m.height) for m in offered if m.refresh_mhz}
+    return tuple(str(m) for m in offered if m.refresh_mhz or (m.width, m.height) not in timed)
+
+
+def _offers(mode: Mode, offered: tuple[Mode, ...], output: str) -> bool:
+    try:
+        check_output_mode(mode, offered, output=output)
+    except WestonIniError:
+        return False
+    return True
+
+
+def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Compositor, *,
+          why: str, modeset: Collection[str] = (), restart_reason: RestartReason | None = None,
+          on_written: Callable[[], None] | None = None) -> Applied:
+    """Derive every output's settings, write weston.ini when its text changed, and bring the
+    running compositor to them (`Compositor.apply`: live where it can). `modeset` names
+    devices whose monitor was re-plugged; `restart_reason` names a fallback restart by why it
+    was needed instead of by what the module answered. `on_written` is called between the
+    file and the compositor (a test's crash point)."""
+    derivation = derive(settings, kube, claimed_outputs(checkpoint))
     ini = settings.weston_ini
     marker = unapplied_marker(ini)
-    changed = _read(ini) != text
+    changed = _read(ini) != derivation.text
     if changed:
         ini.parent.mkdir(parents=True, exist_ok=True)
-        if restart:
-            fsutil.atomic_write(marker, f"{reason}\n")
-        fsutil.atomic_write(ini, text)
-        log.info("rewrote %s (%s)", ini, reason)
-    if not restart or not (changed or marker.exists()):
-        return False
+        fsutil.atomic_write(marker, f"{why}\n")
+        fsutil.atomic_write(ini, derivation.text)
+        log.info("rewrote %s (%s)", ini, why)
     if on_written is not None:
         on_written()
-    restart_compositor(settings, reason=reason, on_ordered=on_ordered,
-                       on_signalled=lambda: _remove(marker))
-    return True
+    connected = [derivation.choices[d].output.name for d in derivation.connected]
+    outcome = compositor.apply(derivation.wanted(modeset=modeset), why=why,
+                               connected=connected,
+                               config_changed=changed or marker.exists(),
+                               restart_reason=restart_reason)
+    _remove(marker)
+    return Applied(derivation=derivation, outcome=outcome, written=changed)
 
 
 def _remove(path: Path) -> None:
@@ -186,20 +319,33 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _display_spec(kube: Kube, node: str, device: str) -> DisplaySpec | None:
+@dataclass(frozen=True, slots=True)
+class ReadDisplay:
+    """A Display as the derivation read it: which edit (`generation`) of its spec, the spec
+    when it parses, else why not."""
+
+    name: str
+    generation: int | None
+    spec: DisplaySpec | None
+    invalid: DisplaySpecError | None = None
+
+
+def _read_display(kube: Kube, node: str, device: str) -> ReadDisplay | None:
     name = display.display_name(node, device)
     try:
-        spec = kube.get_display_spec(name)
+        found = kube.get_display(name)
     except KubeError as err:
         raise DisplayReadError(f"cannot read Display {name}: {err}") from err
-    if spec is None:
+    if found is None:
         return None
+    generation = (found.get("metadata") or {}).get("generation")
     try:
-        return parse_spec(spec)
+        spec = parse_spec(found.get("spec") or {})
     except DisplaySpecError as err:
         # As declare does: a spec no compositor can take leaves the output at its default.
         log.warning("Display %s: %s; its output ignores it", name, err)
-        return None
+        return ReadDisplay(name, generation, None, err)
+    return ReadDisplay(name, generation, spec)
 
 
 def _merged_spec(spec: DisplaySpec | None, claim: DisplayConfig | None) -> DisplaySpec:
@@ -212,50 +358,3 @@ def _merged_spec(spec: DisplaySpec | None, claim: DisplayConfig | None) -> Displ
         transform=claim.transform if claim.transform is not None else spec.transform,
         scale=claim.scale if claim.scale is not None else spec.scale,
     )
-
-
-# --- restarts ----------------------------------------------------------------------------
-
-
-def restart_compositor(settings: Settings, *, reason: str,
-                       on_ordered: Callable[[], None] | None = None,
-                       on_signalled: Callable[[], None] | None = None) -> None:
-    """Order weston's restart, SIGTERM it and wait until a new weston answers.
-
-    Without a running weston there is nothing to restart: it reads weston.ini when it starts.
-    `on_ordered` hears each order written; `on_signalled` is called once weston was told (or
-    there is no weston), before the wait.
-    """
-    pid = weston_pid(settings.pid_file)
-    if pid is None:
-        log.info("weston is not running: it will read %s when it starts", settings.weston_ini)
-        if on_signalled is not None:
-            on_signalled()
-        return
-    order_restart(pid, reason=reason, directory=settings.restarts_dir)
-    if on_ordered is not None:
-        on_ordered()
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        log.info("weston pid %s exited before the SIGTERM", pid)
-    if on_signalled is not None:
-        on_signalled()
-    log.info("sent SIGTERM to weston pid %s; waiting for the socket to answer", pid)
-    started = time.monotonic()
-    deadline = started + settings.restart_timeout_s
-    while time.monotonic() < deadline:
-        new = weston_pid(settings.pid_file)
-        if new is not None and new != pid and _answers(settings.wayland_socket):
-            log.info("weston pid %s answers %.3f s after the restart", new,
-                     time.monotonic() - started)
-            return
-        time.sleep(_POLL_S)
-    raise CompositorTimeoutError(
-        f"the compositor did not answer on {settings.wayland_socket} within "
-        f"{settings.restart_timeout_s:g} s after its restart"
-    )
-
-
-def _answers(socket: Path) -> bool:
-    return probe(socket, timeout=_PROBE_TIMEOUT_S).state is Liveness.ANSWERING

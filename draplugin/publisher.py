@@ -2,8 +2,10 @@
 
 The publisher (`draplugin.node`) runs on its own asyncio thread; the kubelet side is sync
 gRPC. This module is the seam: it tells the driver why prepares must fail now (the
-watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, and
-after every prepare/unprepare batch tells the publisher which claim holds which monitor.
+watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, after
+every prepare/unprepare batch tells the publisher which claim holds which monitor, and
+after every derivation the driver applied writes each Display's spec outcome (its
+SpecApplied condition and observedGeneration).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from draplugin import modes
 from draplugin.checkpoint import Checkpoint
-from draplugin.node.displays import ClaimRef
-from draplugin.node.retry import Backoff
+from draplugin.compositor import Compositor
+from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
+from draplugin.node.metrics import Metrics
+from draplugin.node.retry import Backoff, fatal
 from draplugin.node.runtime import (
     NodeConfig,
     NodeRuntime,
@@ -67,6 +72,27 @@ class Publisher:
         self.runtime.set_claims(holders)
         self.thread.submit(self.runtime.supervise(self.runtime.refresh()))
 
+    def specs_applied(self, applied: modes.Applied, checkpoint: Checkpoint) -> None:
+        """Write what came of each Display's spec in `applied` (any thread)."""
+        found = modes.verdicts(applied, modes.holders(checkpoint))
+        if not found:
+            return
+        try:
+            self.thread.submit(self.runtime.supervise(self._report(found)))
+        except NodeThreadError as err:  # the publisher ended: the process is exiting
+            log.warning("cannot report the Displays' spec outcome: %s", err)
+
+    async def _report(self, found: list[modes.SpecVerdict]) -> None:
+        for verdict in found:
+            try:
+                await self.runtime.displays.report_spec(verdict.display, verdict.generation,
+                                                        spec_outcome(verdict))
+            except DisplaysError as err:
+                if fatal(err):
+                    raise
+                # The next derivation (a prepare, a hotplug, an edit) reports it again.
+                log.error("%s", err)
+
     def rescan(self) -> None:
         """Re-read sysfs now, as a uevent would make it (SIGHUP)."""
         log.info("re-reading sysfs on request")
@@ -75,23 +101,41 @@ class Publisher:
         except NodeThreadError as err:  # the publisher ended: the process is exiting
             log.warning("cannot re-read sysfs: %s", err)
 
+    @property
+    def compositor(self) -> Compositor:
+        return self.runtime.compositor
+
     def stop(self) -> None:
         self.metrics_server.shutdown()
         self.thread.stop()
 
 
-def start_publisher(settings: Settings, *, metrics_addr: str,
-                    on_fatal: Callable[[BaseException], None] | None = None) -> Publisher:
-    """Start the publisher for this node and serve its metrics and liveness on `metrics_addr`.
-    `on_fatal` hears what ended the publisher by itself."""
+def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
+    """The SpecApplied condition a verdict makes."""
+    if verdict.reason == "Applied":
+        return SpecOutcome.applied(mode=verdict.mode, transform=verdict.transform,
+                                   scale=verdict.scale)
+    if verdict.reason == "HeldByClaim" and verdict.holder is not None:
+        holder = verdict.holder
+        return SpecOutcome.held_by_claim(ClaimRef(namespace=holder.namespace, name=holder.name,
+                                                  uid=holder.uid))
+    if verdict.reason == "ModeNotOffered":
+        return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
+    if verdict.reason == "InvalidSpec":
+        return SpecOutcome.invalid_spec(verdict.field, verdict.detail)
+    if verdict.reason == "ApplyFailed":
+        return SpecOutcome.apply_failed(verdict.field, verdict.detail)
+    return SpecOutcome.restart_pending(verdict.detail)
+
+
+def node_config(settings: Settings) -> NodeConfig:
+    """The publisher's view of the settings (the compositor's paths and timeouts are the
+    Compositor's, from `Settings.compositor`, never copied here)."""
     namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
-    config = NodeConfig(
+    return NodeConfig(
         node=settings.node_name,
-        weston_socket=settings.wayland_socket,
         sysfs_root=settings.sysfs_root,
         dev_root=settings.dev_root,
-        pid_file=settings.pid_file,
-        restarts_dir=settings.restarts_dir,
         pod=(namespace, pod) if namespace and pod else None,
         aliases=settings.aliases,
         hotplug_resync=settings.hotplug_resync_s,
@@ -99,11 +143,25 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         liveness_timeout=settings.liveness_timeout_s,
         backoff=Backoff.capped(settings.api_backoff_cap_s),
     )
+
+
+def node_runtime(settings: Settings, client: Any) -> NodeRuntime:
+    """The node publisher's runtime for these settings, with its compositor counted in its
+    metrics."""
+    registry = Metrics()
+    config = node_config(settings)
+    return NodeRuntime(client, config, settings.compositor(recorder=registry,
+                                                           probe_timeout=config.probe_timeout),
+                       registry=registry)
+
+
+def start_publisher(settings: Settings, *, metrics_addr: str,
+                    on_fatal: Callable[[BaseException], None] | None = None) -> Publisher:
+    """Start the publisher for this node and serve its metrics and liveness on `metrics_addr`.
+    `on_fatal` hears what ended the publisher by itself."""
     kube = settings.kube
     thread = NodeThread(
-        lambda: NodeRuntime(
-            async_client(endpoint=kube.endpoint()), config
-        ),
+        lambda: node_runtime(settings, async_client(endpoint=kube.endpoint())),
         on_fatal=on_fatal,
     )
     runtime = thread.start()

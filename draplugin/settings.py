@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from libdisplay import kubeaccess
 from libdisplay.kubeaccess import Endpoint
 from libdisplay.outputs import LAYOUT_SHELL, LayoutSockets
+
+if TYPE_CHECKING:
+    from draplugin.compositor import Compositor, Recorder
 
 DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
@@ -82,3 +85,15 @@ class Settings:
     @property
     def wayland_socket(self) -> Path:
         return self.socket_dir / self.socket_name
+
+    def compositor(self, *, recorder: Recorder | None = None,
+                   probe_timeout: float = 1.0) -> Compositor:
+        """The operator's one handle on weston, from these settings: every caller that
+        restarts or reconfigures it (prepare, hotplug, start-up) shares this one, so the
+        restart timeout and the paths have a single source."""
+        from draplugin.compositor import Compositor
+
+        return Compositor(socket=self.wayland_socket, pid_file=self.pid_file,
+                          restarts_dir=self.restarts_dir, control=self.layout_control,
+                          restart_timeout=self.restart_timeout_s, probe_timeout=probe_timeout,
+                          recorder=recorder)

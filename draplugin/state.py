@@ -9,25 +9,28 @@ matches the checkpoint. The order:
 prepare: a plan without side effects for the whole claim (`plan_claim`: claim, allocation,
 devices now in sysfs, every device's config against its monitor, DDC/CI settings against its
 bus) -> checkpoint `started`, holding the claim's config -> DDC/CI settings -> weston.ini from
-the checkpoint and the Displays, and restart (`draplugin.modes`) -> the claim's sockets
+the checkpoint and the Displays, applied to the running compositor (`draplugin.modes`: live
+through the layout module, a restart only where it cannot) -> the claim's sockets
 (`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. A claim whose plan fails has
 nothing written. The CDI spec comes after every step that can fail for the compositor's sake
 (restart, socket), so a claim that fails there has no spec and stays `started` until the
 kubelet repeats or unprepares it.
 unprepare: checkpoint `unpreparing` (its mode no longer applies) -> CDI spec removed ->
-sockets removed -> weston.ini and restart -> checkpoint entry removed.
+sockets removed -> weston.ini, applied -> checkpoint entry removed.
 The checkpoint is the one record of what a claim asked for; Display specs are a person's and
 are never written here (`draplugin.modes` says where each fact lives).
 
 At start, after recovering each claim, weston.ini is derived again from the checkpoint and
-the Displays: a pod that replaced the last one started weston from the Displays alone, so an
-output a claim still holds gets its mode back with one ordered restart.
+the Displays, and applied: a pod that replaced the last one started weston from the Displays
+alone, so an output a claim still holds gets its settings back, live. A person's edit of a
+Display's `spec` (`follow_displays`) and a connector change (`follow_connectors`) take the
+same path.
 
 The layout module forgets every claim's socket when the compositor restarts; the checkpoint
 does not. `restore_sockets` recreates the prepared claims' sockets: at start, after each
-restart this driver orders, and when the node publisher's watchdog sees the compositor
-come back (it calls from its own thread; the driver's lock serializes it with the kubelet's
-calls).
+restart the compositor's fallback orders, and when the node publisher's watchdog sees the
+compositor come back (it calls from its own thread; the driver's lock serializes it with
+the kubelet's calls).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
@@ -45,10 +48,12 @@ from draplugin import checkpoint, delivery, modes
 from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
+from draplugin.compositor import Compositor, CompositorError, RestartReason
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import cdi, drm
 from libdisplay.cdi import ClaimedOutput
+from libdisplay.layout import LayoutError, OutputState
 from libdisplay.modes import Mode
 from libdisplay.outputs import Monitor, read_monitor
 from libdisplay.weston import WestonIniError, check_output_mode
@@ -58,7 +63,7 @@ log = logging.getLogger(__name__)
 FaultPoint = Literal[
     "prepare-started",
     "prepare-ini-written",
-    "prepare-restarted",
+    "prepare-applied",
     "prepare-socket-created",
     "prepare-cdi-written",
     "prepare-completed",
@@ -66,15 +71,15 @@ FaultPoint = Literal[
     "unprepare-cdi-removed",
     "unprepare-socket-removed",
     "unprepare-ini-written",
-    "unprepare-restarted",
+    "unprepare-applied",
     "unprepare-completed",
 ]
 FAULT_POINTS: Final = get_args(FaultPoint)
 
 # What fails a claim without being the claim's fault: the API, the compositor, the disk.
 _FAILURES: Final = (
-    KubeError, modes.ModesError, drm.DrmError, cdi.CdiError, checkpoint.CheckpointError,
-    delivery.DeliveryError, OSError,
+    KubeError, modes.ModesError, CompositorError, drm.DrmError, cdi.CdiError,
+    checkpoint.CheckpointError, delivery.DeliveryError, OSError,
 )
 
 
@@ -88,14 +93,9 @@ class Recorder(Protocol):
 
     def prepare_done(self, seconds: float, *, error: PrepareErrorReason | None) -> None: ...
 
-    def restart_ordered(self) -> None: ...
-
 
 class _NoRecorder:
     def prepare_done(self, seconds: float, *, error: PrepareErrorReason | None) -> None:
-        pass
-
-    def restart_ordered(self) -> None:
         pass
 
 
@@ -243,9 +243,22 @@ class Driver:
         refuse: Callable[[], str | None] | None = None,
         on_change: Callable[[checkpoint.Checkpoint], None] | None = None,
         metrics: Recorder | None = None,
+        compositor: Compositor | None = None,
+        on_applied: Callable[[modes.Applied, Checkpoint], None] | None = None,
+        on_claim_applied: Callable[[ClaimEntry, Mapping[str, OutputState | None]], None]
+        | None = None,
+        on_claim_released: Callable[[ClaimEntry], None] | None = None,
     ) -> None:
         self._settings = settings
         self._kube = kube
+        self.compositor = compositor or settings.compositor()
+        # Told each derivation and what the compositor did with it, with the checkpoint it
+        # came from (each Display's spec outcome).
+        self._on_applied = on_applied
+        # Told each prepared claim's outputs as the compositor runs them, and each released
+        # claim (the claim's status).
+        self._on_claim_applied = on_claim_applied
+        self._on_claim_released = on_claim_released
         self._ddc = ddc or NoDdc()
         # Why new prepares must fail now (the compositor does not answer), or None.
         self._refuse = refuse or (lambda: None)
@@ -334,43 +347,72 @@ class Driver:
         self._fault("prepare-started")
         for ddc in plan.ddc:
             self._ddc.apply(ddc)
+        applied = None
         if plan.states_output:
-            self._apply_modes(reason=f"claim {ref.namespace}/{ref.name} states a mode",
-                              fault="prepare-ini-written")
-        self._fault("prepare-restarted")
+            applied = self._apply_modes(
+                why=f"claim {ref.namespace}/{ref.name} states output settings",
+                fault="prepare-ini-written")
+        self._fault("prepare-applied")
         self._delivery.create_sockets(ref.uid, plan.outputs)
         self._fault("prepare-socket-created")
         self._delivery.write_spec(ref.uid, plan.outputs)
         self._fault("prepare-cdi-written")
         self._save(self._load().with_claim(plan.entry.with_state("prepared")))
         self._fault("prepare-completed")
+        self._claim_applied(plan.entry, applied)
         log.info("prepared claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid,
                  ", ".join(f"{d.device} ({d.output})" for d in plan.entry.devices))
         return plan.entry.devices
 
-    def _apply_modes(self, *, reason: str, fault: FaultPoint | None = None,
-                     restart: bool = True) -> None:
-        """weston.ini from the checkpoint as it is now, and the restart when it changed
-        (unless `restart` is False: the file is then read at weston's next start)."""
-        restarted = modes.apply(
-            self._settings, self._kube, self._load(), reason=reason, restart=restart,
-            on_ordered=self._metrics.restart_ordered,
+    def _apply_modes(self, *, why: str, fault: FaultPoint | None = None,
+                     modeset: Sequence[str] = (),
+                     restart_reason: RestartReason | None = None) -> modes.Applied:
+        """weston.ini from the checkpoint as it is now, applied to the running compositor
+        (live where it can; `modeset` names devices whose monitor was re-plugged)."""
+        applied = modes.apply(
+            self._settings, self._kube, self._load(), self.compositor, why=why,
+            modeset=modeset, restart_reason=restart_reason,
             on_written=None if fault is None else lambda: self._fault(fault))
-        if restarted:
+        if applied.restarted:
             # The new compositor's module holds no claim's socket.
             self._restore_sockets()
+        if self._on_applied is not None:
+            try:
+                self._on_applied(applied, self._load())
+            except Exception:  # the kubelet's answer must not depend on the status writer
+                log.exception("could not report what the compositor applied")
+        return applied
 
-    def follow_connectors(self, *, plugged: bool) -> bool:
-        """weston.ini for the connectors connected now: a monitor plugged in after start
-        gets its claim's or Display's mode (the compositor restarts when the text changed).
-        After unplugs alone (`plugged` False) the file is only rewritten: a pulled output
-        needs no restart, and one would cut every other screen's clients. False when that
-        failed (logged); the caller retries."""
+    def _claim_applied(self, entry: ClaimEntry, applied: modes.Applied | None) -> None:
+        """Tell the claim's status what its outputs run at now (None where the compositor
+        cannot say: not running, or no layout module to ask)."""
+        if self._on_claim_applied is None:
+            return
+        if applied is not None and applied.outcome.states:
+            states = applied.outcome.states
+        else:
+            try:
+                states = {s.name: s for s in self.compositor.outputs()}
+            except LayoutError:
+                states = {}
+        try:
+            self._on_claim_applied(entry, {d.device: states.get(d.output) for d in entry.devices})
+        except Exception:  # the kubelet's answer must not depend on the status writer
+            log.exception("could not report what claim %s got", entry.uid)
+
+    def follow_connectors(self, *, plugged: Sequence[str] = ()) -> bool:
+        """Apply every output's settings again (after a connector change or a person's edit
+        of a Display's `spec`): a monitor plugged in after start gets its claim's or
+        Display's settings, an output no claim holds takes its edited spec at once, and the
+        `plugged` devices (a monitor plugged on a connector the compositor drives) get a full
+        modeset. False when that failed (logged); the caller retries."""
         with self._lock:
             try:
-                self._apply_modes(reason="the card's connectors changed", restart=plugged)
+                self._apply_modes(why="the card's connectors or a Display's spec changed"
+                                  if not plugged else f"monitor plugged on {', '.join(plugged)}",
+                                  modeset=plugged)
             except _FAILURES as err:
-                log.error("cannot follow the connectors' change yet: %s", err)
+                log.error("cannot apply the outputs' settings yet: %s", err)
                 return False
             return True
 
@@ -398,11 +440,17 @@ class Driver:
         self._delivery.remove_sockets(entry.uid)
         self._fault("unprepare-socket-removed")
         if modes.states_output(entry):
-            self._apply_modes(reason=f"claim {entry.namespace}/{entry.name} released its mode",
-                              fault="unprepare-ini-written")
-        self._fault("unprepare-restarted")
+            self._apply_modes(
+                why=f"claim {entry.namespace}/{entry.name} released its output settings",
+                fault="unprepare-ini-written")
+        self._fault("unprepare-applied")
         self._save(self._load().without_claim(entry.uid))
         self._fault("unprepare-completed")
+        if self._on_claim_released is not None:
+            try:
+                self._on_claim_released(entry)
+            except Exception:  # the kubelet's answer must not depend on the status writer
+                log.exception("could not withdraw what claim %s got", entry.uid)
 
     def _clean_orphan(self, uid: str) -> bool:
         removed = cdi.remove_spec(uid, cdi_dir=self._settings.cdi_dir)
@@ -416,7 +464,7 @@ class Driver:
         Prepared claims get back a CDI spec `/var/run/cdi` lost (tmpfs) and their sockets;
         an unprepare that began is finished; a started prepare whose claim is gone or was
         replaced is undone; CDI specs and sockets of claims the checkpoint does not hold are
-        removed; weston.ini is derived again and the compositor restarted if it changed.
+        removed; weston.ini is derived again and applied to the compositor.
         """
         with self._lock:
             for entry in self._load().claims.values():
@@ -443,7 +491,8 @@ class Driver:
 
     def _recover_modes(self) -> None:
         try:
-            self._apply_modes(reason="the operator started: the claims' modes over the Displays")
+            self._apply_modes(why="the operator started: the claims' settings over the Displays",
+                              restart_reason="start")
         except _FAILURES as err:
             # weston keeps what declare wrote; the next prepare or unprepare derives it again.
             log.error("cannot apply the prepared claims' modes yet: %s", err)

@@ -42,7 +42,7 @@ class DictKube:
             raise RuntimeError(f"a bug reading claim {name}")
         return self.claims.get((namespace, name))
 
-    def get_display_spec(self, name: str) -> dict[str, Any] | None:
+    def get_display(self, name: str) -> dict[str, Any] | None:
         return None
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
@@ -210,11 +210,31 @@ def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: 
     shutil.rmtree(settings.weston_ini.parent)
     settings.weston_ini.parent.mkdir()
     settings.weston_ini.write_text("[core]\n")
-    rolled = Driver(settings, kube, metrics=metrics)
+    rolled = Driver(settings, kube, metrics=metrics,
+                    compositor=settings.compositor(recorder=metrics))
     rolled.recover()
     assert "transform=rotate-90" in settings.weston_ini.read_text()
     assert rolled.unprepare([claim]) == {claim.uid: ""}
     assert "transform" not in settings.weston_ini.read_text()
     assert kube.patches == []
     # No weston runs here, so nothing was ordered.
-    assert _scrape(metrics)['display_compositor_restarts_total{reason="ordered"}'] == 0
+    scraped = _scrape(metrics)
+    assert [scraped[f'display_compositor_restarts_total{{reason="{r}"}}']
+            for r in ("unsupported", "new-connector", "start")] == [0, 0, 0]
+
+
+def test_the_claims_status_hears_each_prepare_and_release(tmp_path: Path) -> None:
+    """What each prepared claim got goes to the claim's status writer, and its release takes
+    it out; with no compositor running there is no state to tell, only the device."""
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    claim = kube.add("kiosk", [HDMI], [{"mode": "1920x1080@60"}])
+    heard: list[tuple[str, str, dict[str, object]]] = []
+    driver = Driver(settings, kube,
+                    on_claim_applied=lambda e, states: heard.append(("got", e.uid, dict(states))),
+                    on_claim_released=lambda e: heard.append(("released", e.uid, {})))
+    assert driver.prepare([claim])[claim.uid].error == ""
+    assert driver.prepare([claim])[claim.uid].error == ""  # once: it was prepared already
+    assert driver.unprepare([claim]) == {claim.uid: ""}
+    assert heard == [("got", claim.uid, {HDMI: None}), ("released", claim.uid, {})]

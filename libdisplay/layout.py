@@ -3,7 +3,10 @@
 The module (`westonctl/layout/layout.c`, weston's shell) speaks a line protocol on both; its
 header comment is the specification. Control: greeting `LAYOUT 1`, then `CREATE <claim>
 <output> <socket-path>`, `REMOVE <claim>` and `LIST`, each answered by `OK ...` or
-`ERR <code> <text>`. Capture: greeting `LAYOUT-CAPTURE 1`, then `FRAME <output>` or
+`ERR <code> <text>`; `CONFIGURE <output> [mode=..] [transform=..] [scale=..] [modeset=1]`
+(one output's mode, transform and scale changed live) and `OUTPUTS`, answered by `OK ...`
+or `ERR <code> <field> <text>`, which `configure` raises as the `LayoutConfigureError`
+subclass of its code. Capture: greeting `LAYOUT-CAPTURE 1`, then `FRAME <output>` or
 `FRAME <output> <max-width>x<max-height>` (the module box-filters the frame down by the
 smallest integer factor that fits it in the bound), answered by
 `FRAME <width> <height> <stride> <format> <yflip> <nbytes>` and the pixels, or by `ERR`.
@@ -27,6 +30,20 @@ from typing import Final, Literal
 CONTROL_GREETING: Final = "LAYOUT 1"
 CAPTURE_GREETING: Final = "LAYOUT-CAPTURE 1"
 LINE_MAX: Final = 1023
+# Replies may be longer than requests: an output's mode list (OUTPUTS, bad-mode's offered).
+REPLY_LINE_MAX: Final = 16384
+MODE_SIDE_MAX: Final = 16384
+SCALE_MAX: Final = 8
+TRANSFORMS: Final = (
+    "normal",
+    "rotate-90",
+    "rotate-180",
+    "rotate-270",
+    "flipped",
+    "flipped-90",
+    "flipped-180",
+    "flipped-270",
+)
 CLAIM_MAX: Final = 128
 OUTPUT_MAX: Final = 63
 SUN_PATH_MAX: Final = 107
@@ -48,6 +65,11 @@ _PIXEL_FORMATS: Final[dict[str, PixelFormat]] = {
 _CLAIM_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,%d}" % CLAIM_MAX)
 _PRINTABLE_RE: Final = re.compile(r"[\x21-\x7e]+")
 _RECV_SIZE: Final = 65536
+_MODE_RE: Final = re.compile(
+    r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})(?:@([1-9][0-9]{0,3}(?:\.[0-9]{1,3})?))?"
+)
+# A mode as the module reports it: refresh in mHz (OUTPUTS) or in Hz with decimals (offered).
+_REPORTED_MODE_RE: Final = re.compile(r"([0-9]+)x([0-9]+)@([0-9]+)(?:\.([0-9]{3}))?")
 
 
 class LayoutError(Exception):
@@ -88,6 +110,95 @@ class LayoutReplyError(LayoutError):
         super().__init__(f"layout module: {code}: {text}")
         self.code = code
         self.text = text
+
+
+class LayoutConfigureError(LayoutReplyError):
+    """CONFIGURE or OUTPUTS answered `ERR <code> <field> <text>`; `field` names what was
+    refused (request, output, mode, transform, scale, modeset). Nothing was left changed."""
+
+    def __init__(self, code: str, field: str, text: str) -> None:
+        super().__init__(code, f"{field}: {text}")
+        self.field = field
+        self.detail = text
+
+
+class LayoutBadRequest(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`bad-request`: the request itself is malformed."""
+
+
+class LayoutOutputNotFound(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`not-found`: no enabled output of that name."""
+
+
+class LayoutModeNotOffered(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`bad-mode`: malformed, or not in the output's mode list; `offered` lists what is."""
+
+    def __init__(self, code: str, field: str, text: str) -> None:
+        super().__init__(code, field, text)
+        _, found, offered = text.rpartition("offered: ")
+        self.offered: tuple[OutputMode, ...] = (
+            tuple(parse_mode_list(offered, hz_decimals=True)) if found else ()
+        )
+
+
+class LayoutBadTransform(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`bad-transform`: not one of TRANSFORMS."""
+
+
+class LayoutBadScale(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`bad-scale`: not an integer from 1 to SCALE_MAX."""
+
+
+class LayoutUnsupported(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`unsupported`: the backend cannot apply `field` live (e.g. no mode switching): the
+    caller's fallback is a compositor restart."""
+
+
+class LayoutConfigureFailed(LayoutConfigureError):  # noqa: N818 (the contract's names)
+    """`failed`: applying failed and the output was put back as it was."""
+
+
+_CONFIGURE_ERRORS: Final[dict[str, type[LayoutConfigureError]]] = {
+    "bad-request": LayoutBadRequest,
+    "not-found": LayoutOutputNotFound,
+    "bad-mode": LayoutModeNotOffered,
+    "bad-transform": LayoutBadTransform,
+    "bad-scale": LayoutBadScale,
+    "unsupported": LayoutUnsupported,
+    "failed": LayoutConfigureFailed,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputMode:
+    """One mode of an output's list: size in pixels and refresh in mHz."""
+
+    width: int
+    height: int
+    refresh_mhz: int
+
+    def __str__(self) -> str:
+        hz = f"{self.refresh_mhz / 1000:.3f}".rstrip("0").rstrip(".")
+        return f"{self.width}x{self.height}@{hz}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputState:
+    """An output as weston reports it: its mode (pixels, mHz), transform, integer scale,
+    position and size in global coordinates (`logical_*`: after transform and scale), and
+    its mode list (empty in a CONFIGURE answer, which reports the state only)."""
+
+    name: str
+    width: int
+    height: int
+    refresh_mhz: int
+    transform: str
+    scale: int
+    x: int
+    y: int
+    logical_width: int
+    logical_height: int
+    modes: tuple[OutputMode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +290,102 @@ def encode_remove(claim_uid: str) -> bytes:
 
 def encode_list() -> bytes:
     return b"LIST\n"
+
+
+def _check_configure(
+    mode: str | None, transform: str | None, scale: int | None, modeset: bool
+) -> None:
+    if mode is not None:
+        found = _MODE_RE.fullmatch(mode) if isinstance(mode, str) else None
+        if found is None or not all(1 <= int(side) <= MODE_SIDE_MAX for side in found.group(1, 2)):
+            raise LayoutUsageError(
+                f"mode must be <width>x<height>[@<Hz>] (sides 1-{MODE_SIDE_MAX}, Hz with at "
+                f"most 3 decimals), got {mode!r}"
+            )
+    if transform is not None and transform not in TRANSFORMS:
+        raise LayoutUsageError(
+            f"transform must be one of {' '.join(TRANSFORMS)}, got {transform!r}"
+        )
+    if scale is not None and (
+        not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= SCALE_MAX
+    ):
+        raise LayoutUsageError(f"scale must be an int from 1 to {SCALE_MAX}, got {scale!r}")
+    if not isinstance(modeset, bool):
+        raise LayoutUsageError(f"modeset must be a bool, got {modeset!r}")
+
+
+def encode_configure(
+    output: str,
+    *,
+    mode: str | None = None,
+    transform: str | None = None,
+    scale: int | None = None,
+    modeset: bool = False,
+) -> bytes:
+    _check_output(output)
+    _check_configure(mode, transform, scale, modeset)
+    words = ["CONFIGURE", output]
+    if mode is not None:
+        words.append(f"mode={mode}")
+    if transform is not None:
+        words.append(f"transform={transform}")
+    if scale is not None:
+        words.append(f"scale={scale}")
+    if modeset:
+        words.append("modeset=1")
+    return (" ".join(words) + "\n").encode()
+
+
+def encode_outputs() -> bytes:
+    return b"OUTPUTS\n"
+
+
+def parse_mode_list(text: str, *, hz_decimals: bool = False) -> list[OutputMode]:
+    """`WxH@mHz,...` (OUTPUTS), or `WxH@Hz.ddd,...` (bad-mode's offered) with `hz_decimals`."""
+    modes = []
+    for item in filter(None, text.split(",")):
+        found = _REPORTED_MODE_RE.fullmatch(item)
+        if found is None or (found.group(4) is not None) != hz_decimals:
+            raise LayoutProtocolError(f"bad mode {item!r} in {text[:200]!r}")
+        refresh = int(found.group(3))
+        if hz_decimals:
+            refresh = refresh * 1000 + int(found.group(4))
+        modes.append(OutputMode(int(found.group(1)), int(found.group(2)), refresh))
+    return modes
+
+
+def parse_output_state(line: str) -> OutputState:
+    """`<output> mode=WxH@mHz transform=<t> scale=<n> x= y= width= height= [modes=...]`."""
+    name, _, rest = line.partition(" ")
+    fields = dict(word.partition("=")[::2] for word in rest.split(" ") if word)
+    try:
+        mode = _REPORTED_MODE_RE.fullmatch(fields["mode"])
+        if mode is None or mode.group(4) is not None or fields["transform"] not in TRANSFORMS:
+            raise ValueError(fields["mode"])
+        return OutputState(
+            name=name,
+            width=int(mode.group(1)),
+            height=int(mode.group(2)),
+            refresh_mhz=int(mode.group(3)),
+            transform=fields["transform"],
+            scale=int(fields["scale"]),
+            x=int(fields["x"]),
+            y=int(fields["y"]),
+            logical_width=int(fields["width"]),
+            logical_height=int(fields["height"]),
+            modes=tuple(parse_mode_list(fields.get("modes", ""))),
+        )
+    except (KeyError, ValueError) as exc:
+        raise LayoutProtocolError(f"bad output line {line[:200]!r}") from exc
+
+
+def parse_configure_error(line: str) -> LayoutConfigureError | None:
+    """The error an `ERR <code> <field> <text>` line carries, or None for any other line."""
+    if not line.startswith("ERR "):
+        return None
+    code, _, rest = line[4:].partition(" ")
+    field, _, text = rest.partition(" ")
+    return _CONFIGURE_ERRORS.get(code, LayoutConfigureError)(code, field, text)
 
 
 def _check_bound(max_size: tuple[int, int]) -> None:
@@ -308,10 +515,10 @@ class _Channel:
             raise LayoutClosedError(f"{self.path}: the module closed the connection")
         self._buffer += chunk
 
-    def read_line(self, deadline: float) -> str:
+    def read_line(self, deadline: float, limit: int = LINE_MAX) -> str:
         while (end := self._buffer.find(b"\n")) < 0:
-            if len(self._buffer) > LINE_MAX:
-                raise LayoutProtocolError(f"{self.path}: reply line longer than {LINE_MAX} bytes")
+            if len(self._buffer) > limit:
+                raise LayoutProtocolError(f"{self.path}: reply line longer than {limit} bytes")
             self._fill(deadline)
         raw = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
@@ -400,6 +607,49 @@ class LayoutControl:
         if not line.startswith("OK ") or not count.isdigit():
             raise LayoutProtocolError(f"expected OK <count>, got {line!r}")
         return tuple(parse_claim_line(self._channel.read_line(deadline)) for _ in range(int(count)))
+
+    def _configure_reply(self, request: bytes) -> tuple[str, float]:
+        deadline = self._channel.deadline()
+        self._channel.send(request, deadline)
+        line = self._channel.read_line(deadline, REPLY_LINE_MAX)
+        error = parse_configure_error(line)
+        if error is not None:
+            raise error
+        if not line.startswith("OK "):
+            raise LayoutProtocolError(f"expected OK ..., got {line!r}")
+        return line[3:], deadline
+
+    def configure(
+        self,
+        output: str,
+        *,
+        mode: str | None = None,
+        transform: str | None = None,
+        scale: int | None = None,
+        modeset: bool = False,
+    ) -> OutputState:
+        """Change `output` live: `mode` "WxH" or "WxH@Hz" (from its mode list), `transform`
+        one of TRANSFORMS, `scale` 1..8, `modeset` a full modeset even when nothing changes.
+
+        Returns what weston reports afterwards (without the mode list). Refusals raise the
+        `LayoutConfigureError` subclass of the module's code, e.g. `LayoutModeNotOffered`
+        (with `.offered`) or `LayoutUnsupported` (the backend cannot: restart instead); the
+        output is then as it was.
+        """
+        rest, _ = self._configure_reply(
+            encode_configure(output, mode=mode, transform=transform, scale=scale, modeset=modeset)
+        )
+        return parse_output_state(rest)
+
+    def outputs(self) -> list[OutputState]:
+        """Every enabled output as weston reports it, with its mode list."""
+        count, deadline = self._configure_reply(encode_outputs())
+        if not count.isdigit():
+            raise LayoutProtocolError(f"expected OK <count>, got {count!r}")
+        return [
+            parse_output_state(self._channel.read_line(deadline, REPLY_LINE_MAX))
+            for _ in range(int(count))
+        ]
 
 
 class LayoutCapture:

@@ -311,3 +311,59 @@ def test_connect_errors(tmp_path: Path) -> None:
     assert caught.value.errno == 2
     with pytest.raises(LayoutUsageError, match="timeout"):
         LayoutControl(tmp_path / "absent.sock", timeout=0)
+
+
+def test_encode_configure() -> None:
+    assert (
+        layout.encode_configure("DP-1", mode="1280x720@59.94", transform="rotate-90", scale=2)
+        == b"CONFIGURE DP-1 mode=1280x720@59.94 transform=rotate-90 scale=2\n"
+    )
+    assert layout.encode_configure("DP-1", modeset=True) == b"CONFIGURE DP-1 modeset=1\n"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"mode": "1280x"}, "mode"),
+        ({"mode": "0x720"}, "mode"),
+        ({"mode": "1280x720@60.0001"}, "mode"),
+        ({"mode": "99999x720"}, "mode"),
+        ({"transform": "90"}, "transform"),
+        ({"scale": 0}, "scale"),
+        ({"scale": 9}, "scale"),
+        ({"scale": True}, "scale"),
+        ({"modeset": 1}, "modeset"),
+    ],
+)
+def test_encode_configure_refuses_bad_fields(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(LayoutUsageError, match=f"^{field} "):
+        layout.encode_configure("DP-1", **kwargs)  # type: ignore[arg-type]
+
+
+def test_configure_and_outputs_round_trip(tmp_path: Path) -> None:
+    state = b"DP-1 mode=1280x720@60000 transform=rotate-90 scale=2 x=0 y=0 width=360 height=640"
+    script = _control_script(
+        (b"CONFIGURE DP-1 mode=1280x720 transform=rotate-90 scale=2\n", b"OK " + state + b"\n"),
+        (b"OUTPUTS\n", b"OK 1\n" + state + b" modes=1280x720@60000,1920x1080@74973\n"),
+        (
+            b"CONFIGURE DP-1 mode=800x600\n",
+            b"ERR bad-mode mode 800x600 is not offered by DP-1: offered: "
+            b"1280x720@60.000,1920x1080@74.973\n",
+        ),
+        (b"CONFIGURE DP-1 mode=1920x1080\n", b"ERR unsupported mode no switch_mode\n"),
+        (b"CONFIGURE DP-1 scale=3\n", b"ERR failed scale put back\n"),
+    )
+    with _server(tmp_path, script) as path, LayoutControl(path, timeout=5) as control:
+        got = control.configure("DP-1", mode="1280x720", transform="rotate-90", scale=2)
+        assert (got.logical_width, got.logical_height, got.modes) == (360, 640, ())
+        (listed,) = control.outputs()
+        assert [str(mode) for mode in listed.modes] == ["1280x720@60", "1920x1080@74.973"]
+        with pytest.raises(layout.LayoutModeNotOffered) as not_offered:
+            control.configure("DP-1", mode="800x600")
+        assert not_offered.value.field == "mode"
+        assert [str(m) for m in not_offered.value.offered] == ["1280x720@60", "1920x1080@74.973"]
+        with pytest.raises(layout.LayoutUnsupported) as unsupported:
+            control.configure("DP-1", mode="1920x1080")
+        assert (unsupported.value.code, unsupported.value.field) == ("unsupported", "mode")
+        with pytest.raises(layout.LayoutConfigureFailed):
+            control.configure("DP-1", scale=3)

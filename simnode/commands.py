@@ -121,7 +121,8 @@ def _compositor_lines(layout: Layout) -> list[str]:
         outputs = list_outputs(layout.wayland_socket, timeout=5.0)
     except WaylandError as exc:
         return [*lines, f"  outputs: unavailable ({exc})"]
-    return lines + [f"  {o.name}: {o.mode} at {o.position}" for o in outputs]
+    return lines + [f"  {o.name}: {o.mode} {o.transform.name.lower().replace('_', '-')}"
+                    f" scale {o.scale} at {o.position}" for o in outputs]
 
 
 def _metric_lines(url: str) -> list[str]:
@@ -250,7 +251,8 @@ def display(layout: Layout, device: str, *, mode: str, out: TextIO) -> None:
     monitor = card.find(card.monitors(state.monitors), device)
     name = f"{state.node_name}.{monitor.device}"
     actor(layout, state, "alice").patch(DISPLAYS, name, {"spec": {"mode": mode}})
-    print(f"Display {name}: spec.mode={mode} (weston starts at it next time, a roll included)",
+    print(f"Display {name}: spec.mode={mode} (applied now where no claim holds the output; "
+          "its SpecApplied condition says how it went: kubectl get displays)",
           file=out, flush=True)
 
 

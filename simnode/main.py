@@ -84,9 +84,13 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
               help="Run each container from its built image under podman (one pod sharing a"
                    " PID namespace), not from the PEXes in bubblewrap; build them first with"
                    " deploy/images/build.sh.")
+@click.option("--prometheus", is_flag=True,
+              help="Also run Prometheus (Debian's) on 127.0.0.1:9090, scraping the node's"
+                   " ports every 5 s with the alerts of deploy/overlays/monitoring: see"
+                   " http://127.0.0.1:9090/classic/alerts while `simnode hang` runs.")
 def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                kubeconfig: Path | None, context: str | None, node_name: str,
-               images: bool) -> None:
+               images: bool, prometheus: bool) -> None:
     """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started.
 
     The node's Node object is labelled display.liken.sh/simulated=true and tainted
@@ -101,7 +105,8 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                                  " --kubeconfig", param_hint="--images")
     options = up.Options(layout=_layout(state_dir), dist=dist or up.default_dist(),
                          monitors=monitors, clean=clean, node_name=node_name,
-                         kubeconfig=kubeconfig, context=context, images=images)
+                         kubeconfig=kubeconfig, context=context, images=images,
+                         prometheus=prometheus)
     up.run(options, sys.stdout)
 
 

@@ -21,6 +21,7 @@ Objects = Callable[[str, str], list[JsonObject]]
 READY_LINE: Final = "simnode: ready"
 SLICE_API: Final = "resource.k8s.io/v1"
 _DDC_VALUES: Final = ("brightness", "contrast", "input", "power")
+SPEC_APPLIED: Final = "SpecApplied"
 
 
 def slice_devices(objects: Objects, node: str) -> dict[str, JsonObject]:
@@ -61,10 +62,28 @@ def display_lines(objects: Objects, node: str) -> list[str]:
         spec_mode = obj.get("spec", {}).get("mode", "-")
         lines.append(
             f"  {obj['metadata']['name']}: connected={status.get('connected')}"
-            f" currentMode={status.get('currentMode', '-')} spec.mode={spec_mode}"
+            f" currentMode={status.get('currentMode', '-')}"
+            f" transform={status.get('currentTransform', '-')}"
+            f" scale={status.get('currentScale', '-')} spec.mode={spec_mode}"
         )
+        lines.append(f"    spec: {_spec_summary(obj)}")
         lines.append(f"    ddc: {_ddc_summary(status.get('ddc'))}")
     return lines or ["  (none)"]
+
+
+def _spec_summary(obj: JsonObject) -> str:
+    """Whether the operator applied the Display's spec, from its SpecApplied condition."""
+    status = obj.get("status", {})
+    condition = next((c for c in status.get("conditions") or ()
+                      if c.get("type") == SPEC_APPLIED), None)
+    if condition is None:
+        return "not acted on yet"
+    generation = obj["metadata"].get("generation")
+    observed = status.get("observedGeneration")
+    behind = (f" (of generation {observed}; the Display is at {generation})"
+              if generation is not None and observed != generation else "")
+    shown = "applied" if condition.get("status") == "True" else "not applied"
+    return f"{shown}, {condition.get('reason')}: {condition.get('message')}{behind}"
 
 
 def _ddc_summary(ddc: JsonObject | None) -> str:

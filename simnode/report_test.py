@@ -44,7 +44,7 @@ def _objects(_api_version: str, kind: str) -> list[JsonObject]:
 def test_only_this_nodes_objects_are_shown() -> None:
     assert list(report.slice_devices(_objects, NODE)) == ["card0-dp-1"]
     assert report.display_lines(_objects, NODE)[0].startswith(f"  {NODE}.card0-dp-1:")
-    assert len(report.display_lines(_objects, NODE)) == 2, "one Display, two lines"
+    assert len(report.display_lines(_objects, NODE)) == 3, "one Display, three lines"
     assert report.claim_lines(_objects, NODE) == ["  default/mine (uid uid-mine): card0-dp-1"]
 
 
@@ -52,3 +52,17 @@ def test_another_node_has_none() -> None:
     assert report.slice_devices(_objects, "sim-2") == {}
     assert report.display_lines(_objects, "sim-2") == ["  (none)"]
     assert report.claim_lines(_objects, "sim-2") == ["  (none)"]
+
+
+def test_a_display_shows_transform_scale_and_whether_its_spec_took_effect() -> None:
+    shown = _display(NODE, "card0-dp-1")
+    shown["metadata"]["generation"] = 3
+    shown["status"].update(currentTransform="rotate-90", currentScale=2, observedGeneration=2,
+                           conditions=[{"type": "SpecApplied", "status": "False",
+                                        "reason": "ModeNotOffered",
+                                        "message": "offered: 1280x1024@60"}])
+    lines = report.display_lines(lambda _v, _k: [shown], NODE)
+    assert "currentMode=1280x1024@60 transform=rotate-90 scale=2" in lines[0]
+    assert lines[1] == ("    spec: not applied, ModeNotOffered: offered: 1280x1024@60"
+                        " (of generation 2; the Display is at 3)")
+    assert report.display_lines(_objects, NODE)[1] == "    spec: not acted on yet"

@@ -50,6 +50,7 @@ class Options:
     kubeconfig: Path | None = None
     context: str | None = None
     images: bool = False  # containers from the built images (podman), not the PEXes
+    prometheus: bool = False  # Prometheus with the shipped alerts (simnode.prometheus)
 
 
 def default_dist() -> Path:

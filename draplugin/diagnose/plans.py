@@ -80,9 +80,9 @@ class FileKube:
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._claims.get((namespace, name))
 
-    def get_display_spec(self, name: str) -> dict[str, Any] | None:
+    def get_display(self, name: str) -> dict[str, Any] | None:
         found = self._displays.get(name)
-        return None if found is None else dict(found.get("spec") or {})
+        return None if found is None else dict(found)
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
         raise ReadOnlyError(f"a dry run does not patch Display {name}")

@@ -3,9 +3,27 @@
 One Display per connector of the node's cards, named `libdisplay.display.display_name(node,
 device)` and labelled with node and device. The operator owns `status` only, written through the
 status subresource as a JSON merge patch that holds just what changed (no write when nothing
-did); it never writes `spec`, which is a person's (a claim's mode shows as `currentMode`,
-what the compositor runs), and never deletes a Display:
+did) and the resourceVersion it was computed from (a concurrent status write makes it read
+again, never lose the other's fields); it never writes `spec`, which is a person's (a claim's
+mode shows as `currentMode`, what the compositor runs), and never deletes a Display:
 an unplugged monitor leaves its Display with `connected: false` and no monitor fields.
+
+Whether `spec` took effect is reconciled as Kubernetes objects do: `status.observedGeneration`
+is the generation the operator last acted on, and the `SpecApplied` condition says how it
+went. The operator reports each outcome, once it has acted on a generation:
+
+    await displays.report_spec(name: str, generation: int, outcome: SpecOutcome) -> SpecResult
+    SpecOutcome.applied(mode=, transform=, scale=)   True   Applied
+    SpecOutcome.held_by_claim(claim: ClaimRef)        False  HeldByClaim
+    SpecOutcome.mode_not_offered(mode, offered)       False  ModeNotOffered (offered in message)
+    SpecOutcome.monitor_disconnected()                False  MonitorDisconnected
+    SpecOutcome.invalid_spec(field, text)             False  InvalidSpec
+    SpecOutcome.apply_failed(field, text)             False  ApplyFailed
+    SpecOutcome.restart_pending(detail)               Unknown RestartPending
+    SpecOutcome.compositor_unavailable(detail)        Unknown CompositorUnavailable
+
+`reconcile` (the observed fields) keeps both as they are, so a Display's spec outcome only
+changes when the operator reports one.
 
 The status schema in deploy/base/cluster/crd-displays.yaml is the contract this module fills.
 """
@@ -17,7 +35,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from lightkube import AsyncClient
@@ -25,7 +43,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import GenericGlobalResource, create_global_resource
 from lightkube.types import PatchType
 
+from draplugin import conditions
 from draplugin.apierrors import from_lightkube
+from draplugin.conditions import ConditionStatus
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
@@ -40,9 +60,14 @@ DisplayResource = create_global_resource(
     display.GROUP, display.VERSION, display.KIND, display.PLURAL
 )
 CONNECTED_CONDITION = "Connected"
+SPEC_APPLIED_CONDITION = "SpecApplied"
 Power = Literal["on", "standby", "off"]
 JsonObject = dict[str, Any]
 Result = Literal["created", "updated", "unchanged"]
+SpecResult = Literal["updated", "unchanged", "stale", "missing"]
+"""`report_spec`: written; already so (no write); `stale`: the Display's generation or
+observedGeneration is past the one reported (a newer report or spec wins); `missing`: no such
+Display (its re-creation starts at generation 1, and the operator reports that)."""
 
 _PNP_ID = re.compile(r"^[A-Z]{3}$")
 
@@ -53,6 +78,14 @@ class DisplaysError(Exception):
 
 class DisplayWriteError(DisplaysError):
     """A Display could not be created or its status written; the message names the Display."""
+
+
+class SpecOutcomeError(DisplaysError, ValueError):
+    """A SpecOutcome or report the API would refuse; `field` names the bad one."""
+
+    def __init__(self, field: str, text: str) -> None:
+        super().__init__(f"{field}: {text}")
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +135,66 @@ class Observed:
 
 
 NOTHING_OBSERVED = Observed()
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOutcome:
+    """What came of a Display's `spec`: its SpecApplied condition's status, reason, message.
+    Build it with the class methods; the constructor checks what the API would refuse."""
+
+    status: ConditionStatus
+    reason: str
+    message: str
+
+    def __post_init__(self) -> None:
+        try:
+            conditions.check(self.status, self.reason, self.message)
+        except conditions.ConditionError as err:
+            raise SpecOutcomeError(err.field, str(err).partition(": ")[2]) from err
+
+    @classmethod
+    def applied(cls, *, mode: str, transform: str, scale: int) -> SpecOutcome:
+        """The compositor runs the output as spec asks (what it reports, not what was asked)."""
+        return cls("True", "Applied",
+                   f"the output runs at {mode}, transform {transform}, scale {scale}")
+
+    @classmethod
+    def held_by_claim(cls, claim: ClaimRef) -> SpecOutcome:
+        return cls("False", "HeldByClaim",
+                   f"claim {claim.namespace}/{claim.name} holds the output and sets it; spec "
+                   "applies when the claim is released")
+
+    @classmethod
+    def mode_not_offered(cls, mode: str, offered: Iterable[str]) -> SpecOutcome:
+        listed = ", ".join(offered) or "none"
+        return cls("False", "ModeNotOffered",
+                   f"the monitor does not offer mode {mode}; offered: {listed}")
+
+    @classmethod
+    def monitor_disconnected(cls) -> SpecOutcome:
+        return cls("False", "MonitorDisconnected",
+                   "no monitor is connected; spec applies when one is")
+
+    @classmethod
+    def invalid_spec(cls, field_name: str, text: str) -> SpecOutcome:
+        return cls("False", "InvalidSpec", f"spec.{field_name}: {text}")
+
+    @classmethod
+    def apply_failed(cls, field_name: str, text: str) -> SpecOutcome:
+        """The compositor refused or failed the change; the output was put back as it was."""
+        return cls("False", "ApplyFailed",
+                   f"the compositor could not apply {field_name}: {text}; the output runs as "
+                   "before")
+
+    @classmethod
+    def restart_pending(cls, detail: str) -> SpecOutcome:
+        """The change needs the compositor's restart, which has not happened yet."""
+        return cls("Unknown", "RestartPending", f"applies when the compositor restarts: {detail}")
+
+    @classmethod
+    def compositor_unavailable(cls, detail: str) -> SpecOutcome:
+        return cls("Unknown", "CompositorUnavailable",
+                   f"the compositor does not answer ({detail}); spec applies when it does")
 
 
 def observed_status(
@@ -157,23 +250,24 @@ def connected_condition(
     connected: bool, *, previous: Iterable[Mapping[str, Any]] = (), generation: int | None = None,
     now: datetime | None = None,
 ) -> JsonObject:
-    """The `Connected` condition; keeps `lastTransitionTime` while its status stays the same."""
-    status = "True" if connected else "False"
-    old = next((c for c in previous if c.get("type") == CONNECTED_CONDITION), None)
-    if old is not None and old.get("status") == status:
-        since = str(old["lastTransitionTime"])
-    else:
-        since = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition: JsonObject = {
-        "type": CONNECTED_CONDITION,
-        "status": status,
-        "lastTransitionTime": since,
-        "reason": "MonitorConnected" if connected else "MonitorDisconnected",
-        "message": "a monitor is connected" if connected else "no monitor is connected",
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return condition
+    """The `Connected` condition."""
+    if connected:
+        return conditions.condition(CONNECTED_CONDITION, "True", "MonitorConnected",
+                                    "a monitor is connected", previous=previous,
+                                    generation=generation, now=now)
+    return conditions.condition(CONNECTED_CONDITION, "False", "MonitorDisconnected",
+                                "no monitor is connected", previous=previous,
+                                generation=generation, now=now)
+
+
+def spec_applied_condition(
+    outcome: SpecOutcome, *, previous: Iterable[Mapping[str, Any]] = (), generation: int,
+    now: datetime | None = None,
+) -> JsonObject:
+    """The `SpecApplied` condition for `outcome`, observed at `generation`."""
+    return conditions.condition(SPEC_APPLIED_CONDITION, outcome.status, outcome.reason,
+                                outcome.message, previous=previous, generation=generation,
+                                now=now)
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> JsonObject:
@@ -273,27 +367,83 @@ class Displays:
         if stored is None:
             stored = await self._create(name, connector.device_name)
         else:
-            await self._label(name, stored, connector.device_name)
+            stored = await self._label(name, stored, connector.device_name)
         old_status: JsonObject = dict(stored.get("status") or {})
         new_status = observed_status(self._node, card, connector, observed=observed)
         generation = (stored.get("metadata") or {}).get("generation")
-        new_status["conditions"] = [
+        new_status["conditions"] = conditions.replace(
+            old_status.get("conditions") or [],
             connected_condition(connector.connected,
                                 previous=old_status.get("conditions") or [],
-                                generation=generation),
-            *(c for c in old_status.get("conditions") or []
-              if c.get("type") != CONNECTED_CONDITION),
-        ]
-        if generation is not None:
-            new_status["observedGeneration"] = generation
+                                generation=generation))
+        # Only a spec report says the spec was acted on.
+        if "observedGeneration" in old_status:
+            new_status["observedGeneration"] = old_status["observedGeneration"]
         patch = merge_patch(old_status, new_status)
         if patch:
-            await self._client.patch(DisplayResource.Status, name, {"status": patch},
-                                     patch_type=PatchType.MERGE)
+            await self._write_status(name, stored, patch)
             log.info("Display %s: status %s", name, ", ".join(sorted(patch)))
         if created:
             return "created"
         return "updated" if patch else "unchanged"
+
+    async def report_spec(self, name: str, generation: int, outcome: SpecOutcome) -> SpecResult:
+        """Record that the operator acted on generation `generation` of Display `name`'s spec,
+        with `outcome`: `status.observedGeneration` and the SpecApplied condition, written
+        only when they change. A report older than what the Display shows is dropped
+        (`stale`). SpecOutcomeError for a generation below 1; DisplayWriteError when the API
+        keeps refusing (the message names the Display)."""
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise SpecOutcomeError("generation", f"must be an integer from 1, got {generation!r}")
+        try:
+            return await with_retries(
+                lambda: self._report_spec(name, generation, outcome),
+                what=f"Display {name}", backoff=self._backoff, on_error=self._count_error,
+                on_retry=lambda: self._on_retry("display-spec"),
+                also_retry=(404,),  # deleted between read and write: the next read says so
+            )
+        except RetryError as err:
+            raise DisplayWriteError(str(err)) from err
+
+    async def _report_spec(self, name: str, generation: int,
+                           outcome: SpecOutcome) -> SpecResult:
+        stored = await self._get(name)
+        if stored is None:
+            log.info("Display %s is gone: its spec outcome is not recorded", name)
+            return "missing"
+        old_status: JsonObject = dict(stored.get("status") or {})
+        current = (stored.get("metadata") or {}).get("generation")
+        observed = old_status.get("observedGeneration")
+        if (isinstance(current, int) and generation > current) or (
+                isinstance(observed, int) and generation < observed):
+            log.info("Display %s: outcome of generation %d dropped (generation %s, observed %s)",
+                     name, generation, current, observed)
+            return "stale"
+        previous = old_status.get("conditions") or []
+        wanted = {
+            "observedGeneration": generation,
+            "conditions": conditions.replace(
+                previous, spec_applied_condition(outcome, previous=previous,
+                                                 generation=generation)),
+        }
+        patch = merge_patch({k: old_status[k] for k in wanted if k in old_status}, wanted)
+        if not patch:
+            return "unchanged"
+        await self._write_status(name, stored, patch)
+        log.info("Display %s: spec generation %d %s (%s): %s", name, generation,
+                 "applied" if outcome.status == "True" else "not applied", outcome.reason,
+                 outcome.message)
+        return "updated"
+
+    async def _write_status(self, name: str, stored: JsonObject, patch: JsonObject) -> None:
+        """Merge-patch `status` as computed from `stored`: refused (409, retried from a fresh
+        read) when the Display changed since, so no other writer's fields are lost."""
+        version = (stored.get("metadata") or {}).get("resourceVersion")
+        body: JsonObject = {"status": patch}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
+        await self._client.patch(DisplayResource.Status, name, body,
+                                 patch_type=PatchType.MERGE)
 
     async def _get(self, name: str) -> JsonObject | None:
         try:
@@ -315,13 +465,17 @@ class Displays:
         log.info("created Display %s", name)
         return _as_dict(created)
 
-    async def _label(self, name: str, stored: JsonObject, device: str) -> None:
-        """A Display a person created by hand gets the labels, so selectors find it."""
+    async def _label(self, name: str, stored: JsonObject, device: str) -> JsonObject:
+        """A Display a person created by hand gets the labels, so selectors find it; the
+        Display as it is now."""
         labels = (stored.get("metadata") or {}).get("labels") or {}
         missing = {k: v for k, v in self._labels(device).items() if labels.get(k) != v}
-        if missing:
-            await self._client.patch(DisplayResource, name, {"metadata": {"labels": missing}},
-                                     patch_type=PatchType.MERGE)
+        if not missing:
+            return stored
+        patched = await self._client.patch(DisplayResource, name,
+                                           {"metadata": {"labels": missing}},
+                                           patch_type=PatchType.MERGE)
+        return _as_dict(patched)
 
     def _labels(self, device: str) -> dict[str, str]:
         return display.labels(self._node, device)

@@ -25,6 +25,7 @@ HDMI = display.display_name(NODE, "card0-hdmi-a-1")
 DP = display.display_name(NODE, "card0-dp-1")
 WAIT_SECONDS = 30.0
 FAST = Backoff(first=0.01, cap=0.05, attempts=6)
+APPLIED = displays.SpecOutcome.applied(mode="1280x720@60", transform="normal", scale=1)
 T = TypeVar("T")
 
 
@@ -119,7 +120,8 @@ def test_spec_a_person_wrote_is_kept_and_labels_added(fake: FakeKube, tmp_path: 
     hdmi = _get(fake, HDMI)
     assert hdmi["spec"] == {"mode": "1280x720@60", "transform": "rotate-90", "scale": 2}
     assert hdmi["metadata"]["labels"][display.DEVICE_LABEL] == "card0-hdmi-a-1"
-    assert hdmi["status"]["observedGeneration"] == hdmi["metadata"]["generation"]
+    # Observing the monitor is not acting on the spec: only a spec report says it was.
+    assert "observedGeneration" not in hdmi["status"]
 
 
 def test_unplugged_monitor_keeps_its_display_disconnected(fake: FakeKube,
@@ -173,16 +175,18 @@ def test_watch_wakes_on_spec_edits_and_deletes_not_on_status_writes(
     async def scenario(client: AsyncClient) -> list[str]:
         publisher = displays.Displays(client, node=NODE, backoff=FAST)
         await publisher.reconcile(cards)
+        for name in (HDMI, DP):
+            await publisher.report_spec(name, 1, APPLIED)
         woken: asyncio.Queue[str] = asyncio.Queue()
         watcher = asyncio.create_task(publisher.watch(woken.put_nowait))
         try:
-            # The watch lists both Displays first: they are current, so they wake nothing.
+            # The watch lists both Displays first: their spec is observed, so they wake nothing.
             await client.patch(displays.DisplayResource, HDMI, {"spec": {"mode": "1280x720@60"}},
                                patch_type=PatchType.MERGE)
             first = await woken.get()
-            # The reconcile records the new generation: its own status write wakes nothing,
+            # The report records the new generation: its own status write wakes nothing,
             # so (events arrive in order) the next wake-up is the delete's.
-            await publisher.reconcile(cards)
+            await publisher.report_spec(HDMI, 2, APPLIED)
             await client.delete(displays.DisplayResource, DP)
             return [first, await woken.get()]
         finally:
@@ -191,3 +195,154 @@ def test_watch_wakes_on_spec_edits_and_deletes_not_on_status_writes(
 
     assert _run(fake, scenario) == [HDMI, DP]
     assert _get(fake, HDMI)["status"]["observedGeneration"] == 2
+
+
+def _spec_applied(status: dict[str, Any]) -> dict[str, Any]:
+    (found,) = (c for c in status["conditions"] if c["type"] == displays.SPEC_APPLIED_CONDITION)
+    return dict(found)
+
+
+def _status_patches(fake: FakeKube, name: str) -> int:
+    return len([r for r in fake.request_log()
+                if r.method == "PATCH" and r.path.endswith(f"/{name}/status")])
+
+
+def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
+    fake: FakeKube, tmp_path: Path
+) -> None:
+    cards = _machine(tmp_path)
+    fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
+                 "metadata": {"name": HDMI}, "spec": {"mode": "800x600@60"}})
+    not_offered = displays.SpecOutcome.mode_not_offered("800x600@60",
+                                                        ["1920x1080@60", "1280x720@60"])
+
+    async def scenario(client: AsyncClient) -> list[displays.SpecResult]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        first = await publisher.report_spec(HDMI, 1, not_offered)
+        again = await publisher.report_spec(HDMI, 1, not_offered)
+        await publisher.reconcile(cards)  # observing keeps the outcome as it is
+        return [first, again]
+
+    assert _run(fake, scenario) == ["updated", "unchanged"]
+    # The first reconcile's write and the report's; the repeated report and the second
+    # reconcile write nothing.
+    assert _status_patches(fake, HDMI) == 2
+    status = _get(fake, HDMI)["status"]
+    assert status["observedGeneration"] == 1
+    condition = _spec_applied(status)
+    assert (condition["status"], condition["reason"], condition["observedGeneration"]) == (
+        "False", "ModeNotOffered", 1)
+    assert condition["message"].endswith("offered: 1920x1080@60, 1280x720@60")
+    assert [c["type"] for c in status["conditions"]] == ["Connected", "SpecApplied"]
+
+
+def test_last_transition_time_moves_only_when_the_status_does(fake: FakeKube,
+                                                               tmp_path: Path) -> None:
+    cards = _machine(tmp_path)
+    held = displays.SpecOutcome.held_by_claim(displays.ClaimRef("ns", "screen", "uid-1"))
+    # A stored time in the past shows whether the next write keeps or renews it.
+    old_time = "2020-01-01T00:00:00Z"
+
+    async def age(client: AsyncClient) -> None:
+        conditions = _get(fake, HDMI)["status"]["conditions"]
+        for c in conditions:
+            c["lastTransitionTime"] = old_time
+        await client.patch(displays.DisplayResource.Status, HDMI,
+                           {"status": {"conditions": conditions}}, patch_type=PatchType.MERGE)
+
+    async def scenario(client: AsyncClient) -> list[dict[str, Any]]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        await publisher.report_spec(HDMI, 1, held)
+        await age(client)
+        await publisher.report_spec(HDMI, 1, displays.SpecOutcome.monitor_disconnected())
+        same_status = _spec_applied(_get(fake, HDMI)["status"])
+        await publisher.report_spec(HDMI, 1, APPLIED)
+        return [same_status, _spec_applied(_get(fake, HDMI)["status"])]
+
+    same_status, changed = _run(fake, scenario)
+    assert (same_status["reason"], same_status["lastTransitionTime"]) == (
+        "MonitorDisconnected", old_time)
+    assert (changed["status"], changed["reason"]) == ("True", "Applied")
+    assert changed["lastTransitionTime"] != old_time
+
+
+def test_a_report_older_than_the_display_is_dropped(fake: FakeKube, tmp_path: Path) -> None:
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> list[displays.SpecResult]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        await client.patch(displays.DisplayResource, HDMI, {"spec": {"mode": "1280x720@60"}},
+                           patch_type=PatchType.MERGE)
+        newer = await publisher.report_spec(HDMI, 2, APPLIED)
+        older = await publisher.report_spec(HDMI, 1, displays.SpecOutcome.monitor_disconnected())
+        ahead = await publisher.report_spec(HDMI, 3, displays.SpecOutcome.monitor_disconnected())
+        gone = await publisher.report_spec("nobody.card0-dp-9", 1, APPLIED)
+        return [newer, older, ahead, gone]
+
+    assert _run(fake, scenario) == ["updated", "stale", "stale", "missing"]
+    status = _get(fake, HDMI)["status"]
+    assert status["observedGeneration"] == 2 and _spec_applied(status)["reason"] == "Applied"
+
+
+def test_a_status_write_between_read_and_patch_is_not_lost(fake: FakeKube,
+                                                            tmp_path: Path) -> None:
+    """The report computed from a stale read is refused (409) and made again from a fresh one:
+    the other writer's field stays."""
+    cards = _machine(tmp_path)
+
+    class StaleOnce(displays.Displays):
+        stale: dict[str, Any] | None = None
+
+        async def _get(self, name: str) -> dict[str, Any] | None:
+            if self.stale is not None:
+                stale, self.stale = self.stale, None
+                return stale
+            return await super()._get(name)
+
+    async def scenario(client: AsyncClient) -> int:
+        publisher = StaleOnce(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        publisher.stale = _get(fake, HDMI)
+        await client.patch(displays.DisplayResource.Status, HDMI,
+                           {"status": {"currentMode": "1920x1080@60"}},
+                           patch_type=PatchType.MERGE)
+        await publisher.report_spec(HDMI, 1, APPLIED)
+        return publisher.api_errors
+
+    assert _run(fake, scenario) == 1  # the one 409
+    status = _get(fake, HDMI)["status"]
+    assert status["currentMode"] == "1920x1080@60"
+    assert _spec_applied(status)["reason"] == "Applied"
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: displays.SpecOutcome("True", "not a reason", "m"), "reason"),
+        (lambda: displays.SpecOutcome("True", "", "m"), "reason"),
+        (lambda: displays.SpecOutcome("Yes", "Applied", "m"), "status"),  # type: ignore[arg-type]
+        (lambda: displays.SpecOutcome("True", "Applied", "m" * 40000), "message"),
+    ],
+    ids=["spaces", "empty", "status", "long-message"],
+)
+def test_an_outcome_the_api_would_refuse_names_its_field(build: Callable[[], object],
+                                                          field: str) -> None:
+    with pytest.raises(displays.SpecOutcomeError) as raised:
+        build()
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize("generation", [0, -1, True])
+def test_a_generation_below_one_is_refused_before_any_call(fake: FakeKube,
+                                                           generation: int) -> None:
+    async def scenario(client: AsyncClient) -> None:
+        await displays.Displays(client, node=NODE, backoff=FAST).report_spec(HDMI, generation,
+                                                                             APPLIED)
+
+    with pytest.raises(displays.SpecOutcomeError) as raised:
+        _run(fake, scenario)
+    assert raised.value.field == "generation"
+    assert fake.request_log() == []

@@ -1,14 +1,19 @@
 """The operator's Prometheus metrics (`display_*`) in a registry of their own, on METRICS_ADDR.
 
 Counters the code increments, gauges it sets, and one collector for compositor restarts: ordered
-restarts are counted here as orders are written, crashes are the weston container's
+restarts are counted here by reason as orders are written, crashes are the weston container's
 `restartCount` from this pod's status (westonctl restarts weston in place for an order, so only
 unordered exits restart the container) and are set, not incremented, from that status.
+
+Label sets an alert or a dashboard asks for are created at zero as soon as they are known (every
+restart reason at start, an output's reconfigure results when its state is first set): a series
+that first appears at 1 has no increase Prometheus can see.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +37,21 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ADDR = ":9200"
 WESTON_CONTAINER = "weston"
-RestartReason = Literal["ordered", "crash"]
+RestartReason = Literal["unsupported", "new-connector", "start"]
+"""Why the operator ordered a compositor restart: the layout module answered it cannot apply a
+change live, a monitor on a connector weston never drove, the derivation at the operator's start."""
+RESTART_REASONS: tuple[str, ...] = ("unsupported", "new-connector", "start")
+CRASH = "crash"
+ReconfigureResult = Literal["live", "fallback", "failed"]
+"""A change to an output: applied live, applied by a compositor restart, not applied."""
+RECONFIGURE_RESULTS: tuple[str, ...] = ("live", "fallback", "failed")
+TRANSFORMS: tuple[str, ...] = (
+    "normal", "rotate-90", "rotate-180", "rotate-270",
+    "flipped", "flipped-90", "flipped-180", "flipped-270")
+PREPARE_ERROR_REASONS: tuple[str, ...] = ("claim", "failure", "internal", "refused")
+"""The driver's `PrepareErrorReason`s (draplugin.state), created at zero for the alert."""
+_MODE = re.compile(r"\d+x\d+(@\d+(\.\d+)?)?")
+_OUTPUT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 HEALTH_PATH = "/healthz"
 Health = Callable[[], tuple[bool, str]]
 """(alive, why): the liveness verdict `/healthz` answers."""
@@ -45,6 +64,14 @@ class MetricsError(Exception):
 
 class BadAddressError(MetricsError, ValueError):
     """METRICS_ADDR is not `[HOST]:PORT`."""
+
+
+class BadLabelError(MetricsError, ValueError):
+    """A label value the metric does not take; `.field` names the argument."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        super().__init__(f"{field} {value!r} is not one of: {allowed}")
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +91,11 @@ def parse_addr(text: str) -> Address:
 class _Restarts(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[RestartReason, float] = {"ordered": 0, "crash": 0}
+        self._counts: dict[str, float] = {CRASH: 0, **{r: 0 for r in RESTART_REASONS}}
 
-    def add_ordered(self) -> None:
+    def add(self, reason: str) -> None:
         with self._lock:
-            self._counts["ordered"] += 1
+            self._counts[reason] = self._counts.get(reason, 0) + 1
 
     def set_crashes(self, count: int) -> None:
         with self._lock:
@@ -78,8 +105,8 @@ class _Restarts(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "display_compositor_restarts",
-            "Compositor restarts: ordered by the operator, or crashes (the weston container's "
-            "restart count).",
+            "Compositor restarts, by reason: crash (the weston container's restart count), or "
+            "the operator's order (unsupported, new-connector, start).",
             labels=["reason"],
         )
         with self._lock:
@@ -106,6 +133,8 @@ class Metrics:
         self.prepare_errors = Counter(
             "display_prepare_errors", "Claims whose prepare failed, by reason.", ["reason"],
             registry=r)
+        for reason in PREPARE_ERROR_REASONS:
+            self.prepare_errors.labels(reason=reason)
         self.slice_publishes = Counter(
             "display_slice_publishes", "ResourceSlice writes (create or update).", registry=r)
         self.api_errors = Counter(
@@ -122,12 +151,69 @@ class Metrics:
         self.ddc_errors = Counter(
             "display_ddc_errors", "Failed DDC/CI operations, by operation.", ["operation"],
             registry=r)
+        self.output_connected = Gauge(
+            "display_output_connected", "1 while a monitor is connected to the output.",
+            ["output"], registry=r)
+        self.output_info = Gauge(
+            "display_output_info", "1 for the output's current mode, transform and scale.",
+            ["output", "mode", "transform", "scale"], registry=r)
+        self.output_reconfigures = Counter(
+            "display_output_reconfigures", "Changes to an output's configuration, by result: "
+            "live, fallback (by a compositor restart), failed.", ["output", "result"],
+            registry=r)
         self._restarts = _Restarts()
         r.register(self._restarts)
+        self._outputs_lock = threading.Lock()
+        self._output_info: dict[str, tuple[str, str, str]] = {}
 
-    def restart_ordered(self) -> None:
-        """The operator wrote a restart order (a claim's mode, its release, its start-up)."""
-        self._restarts.add_ordered()
+    def compositor_restarted(self, reason: RestartReason) -> None:
+        """The operator ordered a compositor restart, for `reason` (crashes are set, not
+        counted here: `set_crash_restarts`)."""
+        if reason not in RESTART_REASONS:
+            raise BadLabelError("reason", reason, ", ".join(RESTART_REASONS))
+        self._restarts.add(reason)
+
+    def output_reconfigured(self, output: str, result: ReconfigureResult) -> None:
+        """One change to `output`'s mode, transform or scale ended with `result`."""
+        _check_output(output)
+        if result not in RECONFIGURE_RESULTS:
+            raise BadLabelError("result", result, ", ".join(RECONFIGURE_RESULTS))
+        self._init_output(output)
+        self.output_reconfigures.labels(output=output, result=result).inc()
+
+    def set_output_state(self, output: str, *, connected: bool, mode: str, transform: str,
+                         scale: int) -> None:
+        """What `output` is now: connected or not, and the mode (`WxH` or `WxH@Hz`; empty when
+        unknown), transform and scale weston drives it with. Every argument is checked before
+        anything changes."""
+        _check_output(output)
+        if mode and not _MODE.fullmatch(mode):
+            raise BadLabelError("mode", mode, "WxH or WxH@Hz (e.g. 1920x1080@60)")
+        if transform not in TRANSFORMS:
+            raise BadLabelError("transform", transform, ", ".join(TRANSFORMS))
+        if isinstance(scale, bool) or not isinstance(scale, int) or not 1 <= scale <= 8:
+            raise BadLabelError("scale", scale, "an integer 1..8")
+        info = (mode, transform, str(scale))
+        with self._outputs_lock:
+            self._init_output(output)
+            self.output_connected.labels(output=output).set(1 if connected else 0)
+            old = self._output_info.get(output)
+            if old is not None and old != info:
+                self.output_info.remove(output, *old)
+            self.output_info.labels(output, *info).set(1)
+            self._output_info[output] = info
+
+    def set_output_connected(self, output: str, connected: bool) -> None:
+        """Whether a monitor is on `output`, as sysfs says, for a connector weston may no longer
+        report (an unplugged one): its mode, transform and scale stay as last set."""
+        _check_output(output)
+        with self._outputs_lock:
+            self._init_output(output)
+            self.output_connected.labels(output=output).set(1 if connected else 0)
+
+    def _init_output(self, output: str) -> None:
+        for result in RECONFIGURE_RESULTS:
+            self.output_reconfigures.labels(output=output, result=result)
 
     def prepare_done(self, seconds: float, *, error: str | None) -> None:
         """One claim's prepare answered: its time, and why it failed when it did (the
@@ -165,6 +251,11 @@ class Metrics:
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         log.info("metrics on %s:%d", where.host, server.server_port)
         return server
+
+
+def _check_output(output: str) -> None:
+    if not isinstance(output, str) or not _OUTPUT.fullmatch(output):
+        raise BadLabelError("output", output, "a connector name such as HDMI-A-1")
 
 
 def _server_class(host: str) -> type[WSGIServer]:

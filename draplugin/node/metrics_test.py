@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import typing
 import urllib.error
 import urllib.request
 
 import pytest
 
 from draplugin.node import metrics
+
+
+def _samples(m: metrics.Metrics) -> list[str]:
+    """The exposition's samples, without the `_created` timestamps that differ by registry."""
+    return [line for line in m.exposition().decode().splitlines()
+            if not line.startswith("#") and "_created" not in line]
 
 
 def _filled() -> metrics.Metrics:
@@ -25,7 +32,10 @@ def _filled() -> metrics.Metrics:
     m.api_retry("resourceslice-sync")
     m.ddc_operations.labels(operation="set_vcp").inc()
     m.ddc_errors.labels(operation="capabilities").inc()
-    m.restart_ordered()
+    m.compositor_restarted("unsupported")
+    m.output_reconfigured("HDMI-A-1", "fallback")
+    m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080@60", transform="normal",
+                       scale=1)
     m.set_crash_restarts(4)
     return m
 
@@ -47,7 +57,7 @@ def test_restart_counts_by_reason() -> None:
     m = _filled()
     m.set_crash_restarts(2)  # an older read arriving late does not lower the count
     text = m.exposition().decode()
-    assert 'display_compositor_restarts_total{reason="ordered"} 1.0' in text
+    assert 'display_compositor_restarts_total{reason="unsupported"} 1.0' in text
     assert 'display_compositor_restarts_total{reason="crash"} 4.0' in text
     assert 'display_api_errors_total{code="429",resource="resourceslices"} 1.0' in text
 
@@ -120,3 +130,115 @@ def test_healthz_answers_the_verdict_and_other_paths_are_404() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_every_restart_reason_and_prepare_error_is_exported_at_zero() -> None:
+    text = metrics.Metrics().exposition().decode()
+    for reason in ("crash", *metrics.RESTART_REASONS):
+        assert f'display_compositor_restarts_total{{reason="{reason}"}} 0.0' in text
+    for reason in metrics.PREPARE_ERROR_REASONS:
+        assert f'display_prepare_errors_total{{reason="{reason}"}} 0.0' in text
+
+
+def test_prepare_error_reasons_are_the_drivers() -> None:
+    from draplugin import state
+
+    assert set(metrics.PREPARE_ERROR_REASONS) == set(typing.get_args(state.PrepareErrorReason))
+
+
+def test_compositor_restarted_counts_by_reason() -> None:
+    m = metrics.Metrics()
+    m.compositor_restarted("unsupported")
+    m.compositor_restarted("unsupported")
+    m.compositor_restarted("new-connector")
+    text = m.exposition().decode()
+    assert 'display_compositor_restarts_total{reason="unsupported"} 2.0' in text
+    assert 'display_compositor_restarts_total{reason="new-connector"} 1.0' in text
+    assert 'display_compositor_restarts_total{reason="start"} 0.0' in text
+
+
+@pytest.mark.parametrize("reason", ["crash", "ordered", "", "Unsupported"])
+def test_compositor_restarted_refuses_other_reasons(reason: str) -> None:
+    m = metrics.Metrics()
+    with pytest.raises(metrics.BadLabelError, match="reason") as caught:
+        m.compositor_restarted(reason)  # type: ignore[arg-type]
+    assert caught.value.field == "reason"
+    assert _samples(m) == _samples(metrics.Metrics())
+
+
+def test_output_reconfigured_counts_by_output_and_result() -> None:
+    m = metrics.Metrics()
+    m.output_reconfigured("HDMI-A-1", "live")
+    m.output_reconfigured("HDMI-A-1", "fallback")
+    m.output_reconfigured("DP-1", "live")
+    text = m.exposition().decode()
+    assert 'display_output_reconfigures_total{output="HDMI-A-1",result="live"} 1.0' in text
+    assert 'display_output_reconfigures_total{output="HDMI-A-1",result="fallback"} 1.0' in text
+    # The output's other results exist at zero, so their first increase is visible.
+    assert 'display_output_reconfigures_total{output="DP-1",result="fallback"} 0.0' in text
+    assert 'display_output_reconfigures_total{output="DP-1",result="failed"} 0.0' in text
+
+
+@pytest.mark.parametrize(
+    ("output", "result", "field"),
+    [("HDMI-A-1", "restart", "result"), ("", "live", "output"), ("a b", "live", "output")],
+    ids=["bad-result", "empty-output", "space-in-output"])
+def test_output_reconfigured_refuses_bad_labels(output: str, result: str, field: str) -> None:
+    m = metrics.Metrics()
+    with pytest.raises(metrics.BadLabelError) as caught:
+        m.output_reconfigured(output, result)  # type: ignore[arg-type]
+    assert caught.value.field == field
+    assert b"display_output_reconfigures_total{" not in m.exposition()
+
+
+def test_output_state_keeps_only_the_current_combination() -> None:
+    m = metrics.Metrics()
+    m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080@60", transform="normal",
+                       scale=1)
+    m.set_output_state("HDMI-A-1", connected=True, mode="1280x720@60", transform="rotate-90",
+                       scale=2)
+    m.set_output_state("DP-1", connected=False, mode="", transform="normal", scale=1)
+    text = m.exposition().decode()
+    assert 'display_output_connected{output="HDMI-A-1"} 1.0' in text
+    assert 'display_output_connected{output="DP-1"} 0.0' in text
+    assert ('display_output_info{mode="1280x720@60",output="HDMI-A-1",scale="2",'
+            'transform="rotate-90"} 1.0') in text
+    assert 'mode="1920x1080@60"' not in text
+    assert 'display_output_info{mode="",output="DP-1",scale="1",transform="normal"} 1.0' in text
+    assert 'display_output_reconfigures_total{output="DP-1",result="live"} 0.0' in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"mode": "big"}, "mode"), ({"mode": "1920x1080@"}, "mode"),
+     ({"transform": "rotate-45"}, "transform"), ({"scale": 0}, "scale"),
+     ({"scale": 9}, "scale"), ({"scale": True}, "scale"), ({"output": "HDMI A"}, "output")],
+    ids=["mode-word", "mode-no-rate", "transform", "scale-0", "scale-9", "scale-bool",
+         "output"])
+def test_output_state_refuses_bad_fields_and_changes_nothing(
+        kwargs: dict[str, typing.Any], field: str) -> None:
+    m = metrics.Metrics()
+    m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080", transform="normal",
+                       scale=1)
+    before = _samples(m)
+    args: dict[str, typing.Any] = {"output": "HDMI-A-1", "connected": False,
+                                   "mode": "1280x720", "transform": "normal", "scale": 1,
+                                   **kwargs}
+    with pytest.raises(metrics.BadLabelError, match=field) as caught:
+        m.set_output_state(**args)
+    assert caught.value.field == field
+    assert _samples(m) == before
+
+
+def test_output_connected_alone_keeps_the_last_mode() -> None:
+    m = metrics.Metrics()
+    m.set_output_state("HDMI-A-1", connected=True, mode="1920x1080@60", transform="normal",
+                       scale=1)
+    m.set_output_connected("HDMI-A-1", False)
+    m.set_output_connected("DP-2", False)
+    text = m.exposition().decode()
+    assert 'display_output_connected{output="HDMI-A-1"} 0.0' in text
+    assert 'display_output_connected{output="DP-2"} 0.0' in text
+    assert 'mode="1920x1080@60",output="HDMI-A-1"' in text
+    with pytest.raises(metrics.BadLabelError, match="output"):
+        m.set_output_connected("HDMI A", True)

@@ -1,4 +1,4 @@
-"""Making the compositor follow a connector change: the operator's ordered restart on hotplug.
+"""Making the compositor see a connector change on a real card: the restart on hotplug.
 
 DESIGN. Three facts of a real kernel decide this (measured in the VM tier, reference/vm-kms.md):
 
@@ -25,41 +25,45 @@ resync) `Hotplug` re-reads sysfs and asks `Reprobe` whether the compositor must 
   start), and no where the compositor's outputs are not the card's connectors (output aliases:
   a simulated node's x11 outputs, which no restart changes).
 
-The restart is an ordinary restart order (westonctl starts weston again at once, the crash
-count stays put). The new weston takes master and probes every connector, which refreshes
-sysfs; once it answers, `Hotplug` reads sysfs again and publishes that second read only — the
-one that is right on virtio-gpu; elsewhere it finds what the first found. The uevent the
-probe itself may raise finds sysfs unchanged and the outputs matching, so it restarts nothing.
+This restart stays even though every other output change is applied live
+(`draplugin.compositor`): weston's DRM backend learns of a connector only from udev, which a
+pod does not hear, and libweston exports no call that re-probes the card; and the operator
+cannot tell a re-plug from a stale sysfs without the master's probe. It is counted as
+`new-connector`. weston.ini's `force-on` for every connector does not avoid it: the frontend
+(frontend/main.c, `drm_head_should_force_enable`) then enables a head with no monitor, but
+the DRM backend builds its mode list from the connector's modes, which a disconnected
+connector has none of, so the output comes up only at a modeline written in weston.ini, and
+when a monitor arrives nothing refreshes that list (the backend re-reads connectors only on
+udev's hotplug): the monitor's own modes stay out of reach until a restart anyway, while every
+empty connector holds a CRTC and is painted for nobody. The screens are dark from the SIGTERM
+until the new weston's first frame (`bench/run prepare` prints that time). Where the
+compositor's outputs are not the card's connectors (a simulated node's x11 outputs) there is
+nothing to re-probe, and a re-plug is a live modeset of that output
+(`Driver.follow_connectors`).
 
-The mode a plugged monitor runs at is a second step, after that read is published: the driver
-derives weston.ini again for the connectors now connected (`Driver.follow_connectors`) and
-restarts the compositor once more if the text changed. On a GPU that re-detects before the
-uevent the first restart already had the right connectors, but weston.ini is derived only
-from a read that is known to be right; on virtio-gpu it is the only correct one. So a plug
-costs up to two restarts there: the re-probe, then the new modes. After unplugs alone the
-file is only rewritten: a pulled output needs no second restart.
+The restart is an ordinary restart order (`Compositor.restart`: westonctl starts weston again
+at once, the crash count stays put), bounded by the operator's `--restart-timeout`. The new
+weston takes master and probes every connector, which refreshes sysfs; once it answers,
+`Hotplug` reads sysfs again and publishes that second read only — the one that is right on
+virtio-gpu; elsewhere it finds what the first found. The uevent the probe itself may raise
+finds sysfs unchanged and the outputs matching, so it restarts nothing.
+
+The settings a plugged monitor runs at are a second step, after that read is published: the
+driver derives them again for the connectors now connected (`Driver.follow_connectors`) and
+applies them live to the compositor the re-probe started.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
-from draplugin.node.watchdog import NoCompositorPidError, compositor_pid
+from draplugin.compositor import Compositor, CompositorError
 from libdisplay import wayland
 from libdisplay.drm import Card
-from libdisplay.weston import order_restart
 
 log = logging.getLogger(__name__)
-
-POLL_S = 0.05
 
 Fingerprint = Mapping[str, tuple[str, str]]
 """Connector device name → (sysfs status, EDID digest), for every connector of every card."""
@@ -68,15 +72,6 @@ Fingerprint = Mapping[str, tuple[str, str]]
 def connected_outputs(cards: tuple[Card, ...]) -> frozenset[str]:
     """The output names (`Virtual-1`) of the connected connectors."""
     return frozenset(c.output_name for card in cards for c in card.connectors if c.connected)
-
-
-@dataclass(frozen=True, slots=True)
-class ReprobeConfig:
-    weston_socket: Path
-    pid_file: Path
-    restarts_dir: Path
-    restart_timeout: float = 30.0
-    probe_timeout: float = 1.0
 
 
 OutputsReader = Callable[[], frozenset[str] | None]
@@ -113,7 +108,7 @@ class Reprobe:
         log.info("hotplug: restarting the compositor so it re-probes the card (%s)", reason)
         try:
             restarted = await asyncio.to_thread(self._restart, f"hotplug: {reason}", moved)
-        except ReprobeError as err:
+        except CompositorError as err:
             log.error("%s", err)
             return False
         self._restarted_for = dict(fingerprint)
@@ -125,14 +120,10 @@ class Reprobe:
         self._restarted_for = dict(fingerprint)
 
 
-class ReprobeError(Exception):
-    """The ordered restart did not bring a compositor back within its bound."""
-
-
-def outputs_reader(config: ReprobeConfig) -> OutputsReader:
+def outputs_reader(compositor: Compositor) -> OutputsReader:
     def read() -> frozenset[str] | None:
         try:
-            found = wayland.list_outputs(config.weston_socket, timeout=config.probe_timeout * 2)
+            found = wayland.list_outputs(compositor.socket, timeout=compositor.probe_timeout * 2)
         except wayland.WaylandError:
             return None
         return frozenset(o.name for o in found)
@@ -140,42 +131,16 @@ def outputs_reader(config: ReprobeConfig) -> OutputsReader:
     return read
 
 
-def restarter(config: ReprobeConfig) -> Restarter:
-    """A restart order naming weston's pid, SIGTERM, then a bounded wait for a new weston to
-    answer on the socket (westonctl starts it at once), cut short when sysfs already shows the
-    change: the old master's exit, or the new one's probe before its socket answers, refreshes
-    the kernel's view, and the slice need not wait for the compositor's start-up."""
+def restarter(compositor: Compositor) -> Restarter:
+    """The compositor's restart, cut short when sysfs already shows the change: the old
+    master's exit, or the new one's probe before its socket answers, refreshes the kernel's
+    view, and the slice need not wait for the compositor's start-up."""
 
     def restart(reason: str, moved: Callable[[], bool]) -> bool:
-        try:
-            pid = compositor_pid(config.pid_file)
-        except NoCompositorPidError as err:
-            log.info("no compositor to restart: %s", err)
-            return False
-        order_restart(pid, reason=reason, directory=config.restarts_dir)
-        with contextlib.suppress(ProcessLookupError):  # ended by itself: the order still holds
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + config.restart_timeout
-        while time.monotonic() < deadline:
-            if moved() or _new_compositor_answers(config, pid):
-                return True
-            time.sleep(POLL_S)
-        raise ReprobeError(f"no compositor answered on {config.weston_socket} within "
-                           f"{config.restart_timeout:g} s of the hotplug restart of pid {pid}")
+        return compositor.restart("new-connector", reason, moved=moved)
 
     return restart
 
 
-def _new_compositor_answers(config: ReprobeConfig, old: int) -> bool:
-    try:
-        pid = compositor_pid(config.pid_file)
-    except NoCompositorPidError:
-        return False
-    if pid == old:
-        return False
-    probed = wayland.probe(config.weston_socket, timeout=config.probe_timeout)
-    return probed.state is wayland.Liveness.ANSWERING
-
-
-def for_compositor(config: ReprobeConfig) -> Reprobe:
-    return Reprobe(outputs_reader(config), restarter(config))
+def for_compositor(compositor: Compositor) -> Reprobe:
+    return Reprobe(outputs_reader(compositor), restarter(compositor))

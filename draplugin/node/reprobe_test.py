@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from draplugin import compositor as operator_compositor
 from draplugin.node import hotplug, reprobe
 from libdisplay import drm, sysfs_tree
 from libdisplay.edid_build import EdidParams, build_edid
@@ -143,8 +144,8 @@ def test_no_restart_while_no_compositor_answers(tmp_path: Path) -> None:
 
 
 def test_the_restarter_without_a_compositor_pid_restarts_nothing(tmp_path: Path) -> None:
-    restart = reprobe.restarter(reprobe.ReprobeConfig(
-        weston_socket=tmp_path / "wayland-0", pid_file=tmp_path / "weston.pid",
-        restarts_dir=tmp_path / "restarts"))
+    restart = reprobe.restarter(operator_compositor.Compositor(
+        socket=tmp_path / "wayland-0", pid_file=tmp_path / "weston.pid",
+        restarts_dir=tmp_path / "restarts", control=None, restart_timeout=1.0))
     assert restart("test", lambda: False) is False
     assert not (tmp_path / "restarts").exists()

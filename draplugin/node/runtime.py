@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Pod
 
 from draplugin.apierrors import from_lightkube
 from draplugin.claimconfig import DisplayConfig
+from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, metrics, reprobe, slices, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
 from libdisplay import drm, kubeaccess, kubelightkube, wayland
@@ -43,11 +44,8 @@ class NodeConfig:
     output names to the compositor's (a simulated node runs weston's x11 outputs `X1`, ...)."""
 
     node: str
-    weston_socket: Path
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
-    pid_file: Path = watchdog.PID_FILE
-    restarts_dir: Path = Path("/etc/weston/restarts")
     pod: tuple[str, str] | None = None
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Connector output name (`HDMI-A-1`) → the compositor's name for it, where they differ."""
@@ -76,6 +74,7 @@ class NodeRuntime:
         self,
         client: AsyncClient,
         config: NodeConfig,
+        compositor: Compositor,
         *,
         source: hotplug.UeventSource | None = None,
         buses: ddcmap.Buses | None = None,
@@ -83,6 +82,8 @@ class NodeRuntime:
     ) -> None:
         self.config = config
         self.metrics = registry or metrics.Metrics()
+        # The operator's one handle on weston, shared with the driver (draplugin.compositor).
+        self.compositor = compositor
         self._client = client
         self._source = source
         self.buses = buses or ddcmap.Buses(dev_root=config.dev_root)
@@ -100,15 +101,15 @@ class NodeRuntime:
         self._last_pass = time.monotonic()
         self._failure: asyncio.Future[None] | None = None
         self.watchdog = watchdog.Watchdog(
-            config.weston_socket, listeners=[self._on_availability], pid_file=config.pid_file,
+            compositor.socket, listeners=[self._on_availability], pid=compositor.pid,
             interval=config.watchdog_interval, timeout=config.probe_timeout,
             on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
-        self._follow: Callable[[bool], bool] | None = None
+        self._follow: Callable[[tuple[str, ...]], bool] | None = None
         self._connectors_due = asyncio.Event()
-        self._plugged = False
+        self._plugged: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- what the plugin side uses ---------------------------------------------------------------
@@ -163,12 +164,14 @@ class NodeRuntime:
         if state is not None:
             self._observed.ddc[device] = ddcmap.applied(state, config)
 
-    def follow_connectors_with(self, follow: Callable[[bool], bool]) -> None:
-        """After each connector change the slice published, call `follow(plugged)` (blocking,
-        on a worker thread; `plugged` when a monitor was added or swapped since the last
-        call): the driver derives weston.ini again, so a monitor plugged in after start comes
-        up at its claim's or Display's mode. False means "not yet" (the API or the
-        compositor failed): it is called again after a backoff."""
+    def follow_connectors_with(self, follow: Callable[[tuple[str, ...]], bool]) -> None:
+        """After each connector change the slice published, and after a person edits a
+        Display's `spec`, call `follow(plugged)` (blocking, on a worker thread; `plugged`
+        names the devices whose monitor was added or swapped since the last call): the
+        driver derives every output's settings again and applies them, so a monitor plugged
+        in after start comes up at its claim's or Display's settings and a spec edit takes
+        effect at once. False means "not yet" (the API or the compositor failed): it is
+        called again after a backoff."""
         self._follow = follow
 
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
@@ -212,7 +215,7 @@ class NodeRuntime:
                 group.create_task(self.watchdog.run())
                 group.create_task(self._display_loop())
                 group.create_task(self._follow_loop())
-                group.create_task(self.displays.watch(lambda _name: self._displays_due.set()))
+                group.create_task(self.displays.watch(lambda _name: self._spec_edited()))
                 if self.config.pod is not None:
                     group.create_task(self._poll_restarts(*self.config.pod))
                 # A background task's or a submitted call's failure ends the group.
@@ -226,9 +229,12 @@ class NodeRuntime:
         where the compositor's outputs are not the card's connectors (aliases)."""
         if self.config.aliases:
             return None
-        return reprobe.for_compositor(reprobe.ReprobeConfig(
-            weston_socket=self.config.weston_socket, pid_file=self.config.pid_file,
-            restarts_dir=self.config.restarts_dir, probe_timeout=self.config.probe_timeout))
+        return reprobe.for_compositor(self.compositor)
+
+    def _spec_edited(self) -> None:
+        """A Display's spec changed: apply it (the follow loop) and show it (the status)."""
+        self._displays_due.set()
+        self._connectors_due.set()
 
     async def _until_failure(self) -> None:
         assert self._failure is not None
@@ -240,7 +246,7 @@ class NodeRuntime:
         await self._publish(cards)
         if changes.added or changes.swapped:
             self._probe_ddc_later(cards)
-        self._plugged = self._plugged or bool(changes.added or changes.swapped)
+        self._plugged.update(changes.added, changes.swapped)
         self._connectors_due.set()
 
     async def _publish(self, cards: tuple[drm.Card, ...]) -> None:
@@ -269,11 +275,13 @@ class NodeRuntime:
         while True:
             await self._connectors_due.wait()
             self._connectors_due.clear()
-            plugged, self._plugged = self._plugged, False
+            plugged, self._plugged = tuple(sorted(self._plugged)), set()
             if self._follow is None or await asyncio.to_thread(self._follow, plugged):
                 attempt = 0
+                # What the outputs run at now shows in the Display status.
+                self._displays_due.set()
                 continue
-            self._plugged = self._plugged or plugged
+            self._plugged.update(plugged)
             delay = self.config.backoff.delay(attempt)
             attempt += 1
             log.warning("the compositor's outputs do not follow the connectors yet; "
@@ -295,7 +303,7 @@ class NodeRuntime:
     async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
         """The compositor's outputs by device name: what each runs at now."""
         try:
-            found = await asyncio.to_thread(wayland.list_outputs, self.config.weston_socket,
+            found = await asyncio.to_thread(wayland.list_outputs, self.compositor.socket,
                                             timeout=self.config.probe_timeout * 2)
         except wayland.WaylandError as err:
             log.info("cannot list the compositor's outputs: %s", err)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from draplugin.claimconfig import DisplayConfig
+from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from fakekube.client import async_client
 from fakekube.server import FakeKube
@@ -57,6 +58,11 @@ def _devices(fake: FakeKube) -> list[dict[str, Any]]:
     return list((_slice(fake).get("spec") or {}).get("devices") or [])
 
 
+def _compositor(socket: Path, pid_file: Path) -> Compositor:
+    return Compositor(socket=socket, pid_file=pid_file, restarts_dir=pid_file.parent / "r",
+                      control=None, restart_timeout=5.0, probe_timeout=0.5)
+
+
 def _display_status(fake: FakeKube, device: str) -> dict[str, Any]:
     found = fake.get(display.API_VERSION, display.KIND, display.display_name(NODE, device))
     return dict((found or {}).get("status") or {})
@@ -69,25 +75,28 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     )))
     pid_file = tmp_path / "weston.pid"
     heard: list[watchdog.Availability] = []
-    followed: list[bool] = []
+    followed: list[tuple[str, ...]] = []
     with FakeKube() as fake, weston.headless(renderer="noop") as w:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
         pid_file.write_text(f"{w.process.pid}\n")
         config = runtime.NodeConfig(
-            node=NODE, weston_socket=w.socket, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
-            dev_root=sysfs_tree.dev_root(tmp_path), pid_file=pid_file,
+            node=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+            dev_root=sysfs_tree.dev_root(tmp_path),
             watchdog_interval=0.1, probe_timeout=0.5, aliases={"HDMI-A-1": "headless"})
+        compositor = _compositor(w.socket, pid_file)
         source = hotplug.QueueEvents()
 
-        def follow(plugged: bool) -> bool:
-            """The driver's follow-up of a connector change: "not yet" once, then done."""
-            followed.append(plugged)
-            return len(followed) > 1
+        def follow(plugged: tuple[str, ...]) -> bool:
+            """The driver's follow-up of a connector change: "not yet" once, then done (the
+            Displays' creation, an edit of theirs, is followed too: with nothing plugged)."""
+            if plugged:
+                followed.append(plugged)
+            return len(followed) != 1
 
         async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any]]:
             client = async_client(fake.url)
-            node = runtime.NodeRuntime(client, config, source=source,
+            node = runtime.NodeRuntime(client, config, compositor, source=source,
                                        buses=_buses({3: SimulatedMonitor(capabilities=CAPS)}))
             node.add_availability_listener(heard.append)
             node.follow_connectors_with(follow)
@@ -135,7 +144,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         assert _display_status(fake, "card0-hdmi-a-1")["ddc"]["supported"] is True
     assert [a.available for a in heard] == [True, False]
     # Only the plug was a connector change; the retry still says a monitor was plugged.
-    assert followed == [True, True]
+    assert followed == [("card0-dp-1",), ("card0-dp-1",)]
     text = node.metrics.exposition().decode()
     assert "display_watchdog_kills_total 1.0" in text
     assert "display_connected_outputs 2.0" in text
@@ -150,12 +159,13 @@ def test_thread_runs_the_runtime_for_a_sync_main(tmp_path: Path) -> None:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
         config = runtime.NodeConfig(
-            node=NODE, weston_socket=tmp_path / "no-weston",
-            sysfs_root=sysfs_tree.sysfs_root(tmp_path), dev_root=sysfs_tree.dev_root(tmp_path),
-            pid_file=tmp_path / "weston.pid", watchdog_interval=0.1, probe_timeout=0.5)
+            node=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+            dev_root=sysfs_tree.dev_root(tmp_path), watchdog_interval=0.1, probe_timeout=0.5)
 
         def make() -> runtime.NodeRuntime:
             node = runtime.NodeRuntime(runtime.async_client(api_server=fake.url), config,
+                                       _compositor(tmp_path / "no-weston",
+                                                   tmp_path / "weston.pid"),
                                        source=hotplug.QueueEvents(), buses=_buses({}))
             node.add_availability_listener(heard.append)
             return node

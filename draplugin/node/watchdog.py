@@ -5,9 +5,9 @@ DEAD or ABSENT → unavailable at once; HUNG → unavailable from the `miss_limi
 slow answer on a loaded node is not an outage, and each flap would rewrite the slice twice).
 The listeners hear each change once (taint the devices, report them Unhealthy, refuse
 prepares; and the reverse when it answers again). HUNG (connected
-but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston named
-by the pid file westonctl writes, once `libdisplay.westonpid` found it names a weston of this
-pid namespace, so a stale pid file never kills a stranger. A stopped process takes no
+but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston whose
+pid the operator's `Compositor` gives (the pid file westonctl writes, checked to name a weston
+of this pid namespace, so a stale pid file never kills a stranger). A stopped process takes no
 SIGTERM, and a hang is a crash: no restart order is written, so westonctl exits and the
 kubelet counts the restart. DEAD or
 ABSENT means there is nothing to kill: westonctl and the kubelet are already restarting it.
@@ -27,20 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from libdisplay import westonpid
 from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
 
 log = logging.getLogger(__name__)
 
-PID_FILE = westonpid.PID_FILE
-
 
 class WatchdogError(Exception):
     """Base of every error this module raises."""
-
-
-class NoCompositorPidError(WatchdogError):
-    """The pid file is missing, unreadable, or names a process that is not weston."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +47,20 @@ class Availability:
 
 Listener = Callable[[Availability], None]
 Killer = Callable[[int, int], None]
-
-
-def compositor_pid(pid_file: Path, *, proc: Path = Path("/proc")) -> int:
-    """The pid in `pid_file`, checked to be a live weston of this pid namespace
-    (`libdisplay.westonpid`, the one reader of the pid file)."""
-    try:
-        return westonpid.read_weston_pid(pid_file, proc=proc)
-    except westonpid.WestonPidError as err:
-        raise NoCompositorPidError(str(err)) from err
+PidReader = Callable[[], int | None]
+"""weston's checked pid, or None when there is none to signal (`Compositor.pid`)."""
 
 
 class Watchdog:
-    """Probes `socket` every `interval` seconds; tells `listeners` of each availability change."""
+    """Probes `socket` every `interval` seconds; tells `listeners` of each availability change.
+    `pid` gives the compositor's checked pid."""
 
     def __init__(
         self,
         socket: Path,
         *,
+        pid: PidReader,
         listeners: Sequence[Listener] = (),
-        pid_file: Path = PID_FILE,
-        proc: Path = Path("/proc"),
         interval: float = 1.0,
         timeout: float = 1.0,
         hung_limit: int = 3,
@@ -89,8 +75,7 @@ class Watchdog:
             )
         self._socket = socket
         self._listeners = list(listeners)
-        self._pid_file = pid_file
-        self._proc = proc
+        self._read_pid = pid
         self._interval = interval
         self._timeout = timeout
         self._hung_limit = hung_limit
@@ -142,10 +127,10 @@ class Watchdog:
         return Availability(result.state is Liveness.ANSWERING, result.state, result.detail)
 
     def _kill_compositor(self, found: Availability) -> None:
-        try:
-            pid = compositor_pid(self._pid_file, proc=self._proc)
-        except NoCompositorPidError as err:
-            log.warning("compositor hung (%s) but there is nothing to kill: %s", found.detail, err)
+        pid = self._read_pid()
+        if pid is None:
+            log.warning("compositor hung (%s) but there is nothing to kill: no weston pid",
+                        found.detail)
             return
         log.warning("compositor pid %d hung for %d probes (%s): SIGKILL",
                     pid, self._hung_limit, found.detail)
@@ -172,10 +157,7 @@ class Watchdog:
 
     def _new_pid(self) -> bool:
         """Whether the answering compositor has another pid than the last one that answered."""
-        try:
-            pid: int | None = compositor_pid(self._pid_file, proc=self._proc)
-        except NoCompositorPidError:
-            pid = None
+        pid = self._read_pid()
         before, self._pid = self._pid, pid
         if before is None or pid is None or before == pid:
             return False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from draplugin.compositor.pid import weston_pid
 from draplugin.node import watchdog
 from libdisplay.wayland import Liveness
 from tests.support import weston
@@ -22,7 +23,7 @@ MAX_STEPS = 40  # bounds every loop below; a healthy run needs a handful
 
 def _dog(sock: Path, pid_file: Path, heard: list[watchdog.Availability], *,
          hung_limit: int = 3) -> watchdog.Watchdog:
-    return watchdog.Watchdog(sock, listeners=[heard.append], pid_file=pid_file,
+    return watchdog.Watchdog(sock, listeners=[heard.append], pid=lambda: weston_pid(pid_file),
                              interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=hung_limit)
 
 
@@ -109,23 +110,15 @@ def test_dead_compositor_is_unavailable_and_not_killed(tmp_path: Path) -> None:
     assert [(a.available, a.state) for a in heard] == [(False, Liveness.ABSENT)]
 
 
-def test_a_pid_file_westonpid_refuses_is_no_compositor_pid(tmp_path: Path) -> None:
-    """What names a weston is libdisplay.westonpid's to judge (its tests); the watchdog turns
-    its refusal into its own error, with westonpid's reason."""
-    pid_file = tmp_path / "weston.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
-    with pytest.raises(watchdog.NoCompositorPidError, match="not weston"):
-        watchdog.compositor_pid(pid_file)
-
-
 def test_hung_without_a_weston_pid_kills_nothing(tmp_path: Path) -> None:
     pid_file = tmp_path / "weston.pid"
     pid_file.write_text(f"{os.getpid()}\n")
     killed: list[tuple[int, int]] = []
     heard: list[watchdog.Availability] = []
     with weston.headless(renderer="noop") as w:
-        dog = watchdog.Watchdog(w.socket, listeners=[heard.append], pid_file=pid_file,
-                                interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=1,
+        dog = watchdog.Watchdog(w.socket, listeners=[heard.append],
+                                pid=lambda: weston_pid(pid_file), interval=0.05,
+                                timeout=PROBE_TIMEOUT, hung_limit=1,
                                 kill=lambda pid, sig: killed.append((pid, sig)))
         w.process.send_signal(signal.SIGSTOP)
         assert asyncio.run(dog.step()).state is Liveness.HUNG
@@ -139,7 +132,8 @@ def test_hung_without_a_weston_pid_kills_nothing(tmp_path: Path) -> None:
 )
 def test_bad_settings_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(watchdog.WatchdogError, match="must be"):
-        watchdog.Watchdog(Path("/nonexistent"), **kwargs)  # type: ignore[arg-type]
+        watchdog.Watchdog(Path("/nonexistent"), pid=lambda: None,
+                          **kwargs)  # type: ignore[arg-type]
 
 
 def test_restart_between_probes_is_heard_as_available_again(tmp_path: Path) -> None:

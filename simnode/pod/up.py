@@ -24,7 +24,7 @@ from typing import Any, Final, TextIO
 import yaml
 
 from libdisplay import fsutil
-from simnode import clients, report
+from simnode import clients, prometheus, report
 from simnode.pod.clusters import Embedded, PodCluster
 from simnode.pod.manifest import load_documents
 from simnode.pod.node import NodeConfig, PodNode
@@ -153,7 +153,9 @@ def run(options: Options, out: TextIO) -> None:
     node = PodNode(config, cluster=cluster)
     roll = threading.Event()
     previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())
-    with _signals() as signals:
+    watch = (prometheus.Settings(repo=repo, state=layout.root, node_name=options.node_name)
+             if options.prometheus else None)
+    with _signals() as signals, prometheus.serving(watch, out):
         try:
             node.start()
             link_layout(layout, node)

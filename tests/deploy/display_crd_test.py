@@ -8,6 +8,11 @@ does not model.
 from __future__ import annotations
 
 import copy
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -57,7 +62,15 @@ OBSERVED: Doc = {
                 "lastTransitionTime": "2026-11-30T06:00:00Z",
                 "reason": "CompositorAnswers",
                 "message": "weston drives this output",
-            }
+            },
+            {
+                "type": "SpecApplied",
+                "status": "False",
+                "observedGeneration": 3,
+                "lastTransitionTime": "2026-11-30T06:00:00Z",
+                "reason": "ModeNotOffered",
+                "message": "the monitor does not offer mode 800x600@60; offered: 3840x2160@60",
+            },
         ],
     },
 }
@@ -124,20 +137,38 @@ def test_current_mode_may_be_empty_while_the_output_is_off() -> None:
 
 
 def _schema_has(json_path: str) -> bool:
-    node = _schema()
-    for key in json_path.lstrip(".").split("."):
+    node: dict[str, Any] | None = _schema()
+    # `conditions[?(@.type=="X")]` steps into the list's items.
+    steps = re.sub(r"\[\?\(@[^\]]*\)\]", ".[]", json_path).lstrip(".").split(".")
+    for key in steps:
         if key == "metadata":
             return True
-        node = node.get("properties", {}).get(key)
         if node is None:
             return False
-    return True
+        node = node.get("items") if key == "[]" else node.get("properties", {}).get(key)
+    return node is not None
 
 
-@pytest.mark.parametrize(
-    "column",
-    _crd()["spec"]["versions"][0]["additionalPrinterColumns"],
-    ids=[c["name"] for c in _crd()["spec"]["versions"][0]["additionalPrinterColumns"]],
-)
+_COLUMNS = _crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+
+
+@pytest.mark.parametrize("column", _COLUMNS, ids=[c["name"] for c in _COLUMNS])
 def test_printer_column_reads_a_field_the_schema_has(column: Doc) -> None:
     assert _schema_has(column["jsonPath"])
+
+
+def test_kubectl_shows_whether_spec_took_effect_and_why(tmp_path: Path) -> None:
+    """The columns as kubectl's JSONPath (the library the apiserver's table printer uses)
+    reads them off a Display: `kubectl label --local` evaluates them without a server."""
+    path = tmp_path / "display.json"
+    path.write_text(json.dumps(OBSERVED))
+    columns = [c for c in _COLUMNS if c["type"] != "date"]
+    template = '{"|"}'.join("{" + c["jsonPath"] + "}" for c in columns)
+    shown = subprocess.run(
+        ["kubectl", "label", "--local", "-f", str(path), "probe=1", "-o", f"jsonpath={template}"],
+        check=True, capture_output=True, text=True, env={**os.environ, "KUBECONFIG": "/dev/null"},
+    ).stdout
+    table = dict(zip((c["name"] for c in columns), shown.split("|"), strict=True))
+    assert (table["Spec-Applied"], table["Reason"]) == ("False", "ModeNotOffered")
+    assert (table["Mode"], table["Monitor"], table["Claim"]) == (
+        "1920x1080@60", "DELL U2720Q", "lobby-screen")

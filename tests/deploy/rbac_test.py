@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from fakekube import testing
-from fakekube.server import FakeKube
+from tests.deploy.appliedbase import applied_base
 from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, render
 
 # (API group, resource, verb, scope) -> the caller that needs it.
@@ -21,6 +21,10 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
         for verb in ("create", "get", "watch", "update")
     },
     ("resource.k8s.io", "resourceclaims", "get", "cluster"): "operator",
+    ("resource.k8s.io", "resourceclaims/status", "patch", "cluster"): "operator",
+    # A synthetic verb (no HTTP request makes it): the apiserver asks it of a status.devices
+    # write, naming the driver; the only rule allowed to name a resource.
+    ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch", "cluster"): "operator",
     ("display.liken.sh", "displays", "get", "cluster"): "declare, operator",
     **{
         ("display.liken.sh", "displays", verb, "cluster"): "operator"
@@ -33,6 +37,9 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
     ("authorization.k8s.io", "subjectaccessreviews", "create", "cluster"): "capture",
 }
 CAPTURE_ONLY = {key for key, caller in EXPECTED.items() if caller == "capture"}
+SYNTHETIC = {key for key in EXPECTED if ":" in key[2]}
+DRIVER_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+               "resourceNames": ["display.liken.sh"], "verbs": ["associated-node:patch"]}
 
 
 def _granted(rendering: str) -> set[tuple[str, str, str, str]]:
@@ -67,17 +74,19 @@ def test_service_account_gets_exactly_the_documented_verbs(rendering: str) -> No
 
 @pytest.mark.parametrize("rendering", OPERATOR_RENDERINGS)
 def test_no_rule_names_resources_or_uses_wildcards(rendering: str) -> None:
-    """A wildcard would pass the set comparison above by listing '*' as one verb."""
+    """A wildcard would pass the set comparison above by listing '*' as one verb. Only the
+    driver rule names a resource: its own driver, whose status.devices entries it writes."""
     rules = [
         rule
         for doc in render(rendering)
         if doc["kind"] in ("ClusterRole", "Role")
         for rule in doc["rules"]
     ]
+    assert DRIVER_RULE in rules
     assert not [
         rule
         for rule in rules
-        if "resourceNames" in rule
+        if ("resourceNames" in rule and rule != DRIVER_RULE)
         or "nonResourceURLs" in rule
         or "*" in rule["verbs"] + rule["resources"] + rule["apiGroups"]
     ]
@@ -104,22 +113,6 @@ def test_clusterroles_comment_lists_every_resource_it_grants() -> None:
     assert not [resource for _, resource, _, _ in EXPECTED if f"{resource}:" not in comment]
 
 
-def _applied_base() -> FakeKube:
-    """A started fake (HTTPS, RBAC) holding every object of the rendered base, each created
-    through the API with the admin token, in the order kustomize prints them."""
-    fake = FakeKube(tls=True, authorize=True).start()
-    try:
-        for doc in render("base"):
-            path = testing.collection_path(fake.registry, doc)
-            reply = testing.call(fake.url, "POST", path, doc, token=fake.admin_token,
-                                 ca=fake.ca_pem)
-            assert reply.code == 201, (doc["kind"], doc["metadata"]["name"], reply.body)
-    except BaseException:
-        fake.stop()
-        raise
-    return fake
-
-
 def _request(group: str, resource: str, verb: str, namespace: str) -> tuple[str, str, object]:
     """A request making `verb` on `resource` (maybe `plural/subresource`): method, path, body.
     Objects need not exist: authorization answers before the object is looked up."""
@@ -142,7 +135,7 @@ def _request(group: str, resource: str, verb: str, namespace: str) -> tuple[str,
 def test_applied_base_lets_the_operator_do_each_documented_verb_and_no_more() -> None:
     """Through the fake's RBAC, with the ServiceAccount's token: every verb in the
     ClusterRole's comment (EXPECTED) is allowed, neighbouring ones are refused."""
-    fake = _applied_base()
+    fake = applied_base()
     try:
         token = fake.service_account_token("display-operator", "display-operator")
 
@@ -153,13 +146,15 @@ def test_applied_base_lets_the_operator_do_each_documented_verb_and_no_more() ->
             return testing.call(fake.url, method, path, body, token=token, ca=fake.ca_pem,
                                 content_type=content).code
 
-        for group, resource, verb, scope in EXPECTED:
+        for group, resource, verb, scope in set(EXPECTED) - SYNTHETIC:
             ns = "display-operator" if scope == "namespace" else ""
             assert answer(group, resource, verb, ns) not in (401, 403), (resource, verb)
         denied = [
             ("display.liken.sh", "displays", "delete", ""),
             ("display.liken.sh", "displays", "list", ""),
             ("display.liken.sh", "displays/status", "update", ""),
+            ("resource.k8s.io", "resourceclaims/status", "update", "default"),
+            ("resource.k8s.io", "resourceclaims", "patch", "default"),
             ("resource.k8s.io", "resourceslices", "delete", ""),
             ("", "pods", "get", "default"),
             ("", "nodes", "patch", ""),
@@ -169,5 +164,33 @@ def test_applied_base_lets_the_operator_do_each_documented_verb_and_no_more() ->
             assert answer(group, resource, verb, ns) == 403, (resource, verb)
         assert [(d.verb, d.resource) for d in fake.denials()] == [
             (verb, resource.partition("/")[0]) for _, resource, verb, _ in denied]
+    finally:
+        fake.stop()
+
+
+def test_applied_base_grants_the_driver_verb_for_this_driver_only() -> None:
+    """What a 1.36+ apiserver asks of a status.devices write, as a SubjectAccessReview the
+    fake answers with its RBAC: this driver's entries from the associated node, no other
+    driver's, never from an arbitrary node."""
+    fake = applied_base()
+    try:
+        user = "system:serviceaccount:display-operator:display-operator"
+
+        def allowed(verb: str, name: str) -> bool:
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                      "spec": {"user": user, "groups": ["system:serviceaccounts"],
+                               "resourceAttributes": {
+                                   "group": "resource.k8s.io", "resource": "resourceclaims",
+                                   "subresource": "driver", "verb": verb, "name": name}}}
+            reply = testing.call(fake.url, "POST",
+                                 "/apis/authorization.k8s.io/v1/subjectaccessreviews", review,
+                                 token=fake.admin_token, ca=fake.ca_pem)
+            assert reply.code == 201, reply.body
+            return bool(reply.body["status"]["allowed"])
+
+        assert allowed("associated-node:patch", "display.liken.sh")
+        assert not allowed("associated-node:patch", "gpu.example.com")
+        assert not allowed("arbitrary-node:patch", "display.liken.sh")
+        assert not allowed("associated-node:update", "display.liken.sh")
     finally:
         fake.stop()

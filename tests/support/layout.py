@@ -6,6 +6,9 @@ It speaks just enough of the wire protocol to show an xdg_toplevel with a wl_shm
 pings) and optionally `wl_output` (to ask for fullscreen on a chosen output, which the layout
 shell must ignore). It runs on its own thread so a test can capture while it is connected;
 `shown` is set once the compositor has processed the commit of its first buffer.
+`outputs_offered` counts the wl_output globals the compositor offered it; with
+`bind_outputs` it binds each of them and counts the events they send (`output_events`).
+`roundtrip` asks for a `wl_display.sync` on the same connection and waits for its answer.
 """
 
 from __future__ import annotations
@@ -83,8 +86,13 @@ class SolidClient:
         size: tuple[int, int] = (64, 48),
         honour_configure: bool = True,
         wish: Wish | None = None,
+        bind_outputs: bool = False,
     ) -> None:
         self.colour = colour
+        self.bind_outputs = bind_outputs
+        self.output_events = 0
+        self._roundtrips: list[threading.Event] = []
+        self._roundtrip_lock = threading.Lock()
         self.size = size
         self.honour_configure = honour_configure
         self.wish = wish or Wish()
@@ -110,6 +118,22 @@ class SolidClient:
         self._in = bytearray()
         self._thread = threading.Thread(target=self._run, name="solid-client", daemon=True)
         self._thread.start()
+
+    @property
+    def output_x(self) -> list[int]:
+        """The x each bound wl_output last reported in its geometry event."""
+        return list(self._output_x.values())
+
+    @property
+    def outputs_offered(self) -> int:
+        return len(self._globals.get("wl_output", []))
+
+    def roundtrip(self, timeout: float) -> bool:
+        """True when a wl_display.sync sent now on this connection is answered in time."""
+        done = threading.Event()
+        with self._roundtrip_lock:
+            self._roundtrips.append(done)
+        return done.wait(timeout)
 
     def stop(self) -> None:
         self._stop.set()
@@ -148,6 +172,10 @@ class SolidClient:
             self._send(1, _GET_REGISTRY, self._new(self._on_registry))
             self._sync(self._bind_and_create)
             while not self._stop.is_set():
+                with self._roundtrip_lock:
+                    asked, self._roundtrips = self._roundtrips, []
+                for done in asked:
+                    self._sync(done.set)
                 ready, _, _ = select.select([self._sock], [], [], _POLL_MS / 1000)
                 if ready and not self._receive():
                     self.closed.set()
@@ -207,7 +235,7 @@ class SolidClient:
         ids["compositor"] = self._bind("wl_compositor", 4)
         ids["shm"] = self._bind("wl_shm", 1)
         ids["wm_base"] = self._bind("xdg_wm_base", 1, self._on_wm_base)
-        if self.wish.fullscreen_on_output_at_x is not None:
+        if self.wish.fullscreen_on_output_at_x is not None or self.bind_outputs:
             for index in range(len(self._globals.get("wl_output", []))):
                 output = self._new()
                 self._handlers[output] = self._output_handler(output)
@@ -220,6 +248,7 @@ class SolidClient:
 
     def _output_handler(self, output: int) -> Callable[[int, EventArgs], None]:
         def on_event(opcode: int, args: EventArgs) -> None:
+            self.output_events += 1
             if opcode == 0:  # geometry: x, y, ...
                 self._output_x[output] = args.sint()
 

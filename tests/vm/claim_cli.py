@@ -12,8 +12,12 @@ claim's DisplayConfig (as the scheduler writes status.allocation), then asks the
 prepare it the way the kubelet does (fakekube.kubelet); prints {"uid", "error"} as JSON.
 `unprepare` asks the operator to unprepare it and deletes the claim; prints {"error"}.
 `show` is the claim's app: one toplevel of a solid colour on the claim's Wayland socket; it
-prints {"shown", "configured"} once the compositor has processed its first frame (or
-{"error"}, exiting 1, when it has not within SHOW_TIMEOUT_S) and stays until SIGTERM.
+prints {"shown", "configured", "outputs_offered", "output_events"} once the compositor has
+processed its first frame (or {"error"}, exiting 1, when it has not within SHOW_TIMEOUT_S)
+and stays until SIGTERM.
+On SIGUSR1 it sends a wl_display.sync on the same connection and prints {"roundtrip"
+(answered within ROUNDTRIP_TIMEOUT_S), "configured", "output_events"} (events its wl_output
+sent since it was bound).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ NAMESPACE = "default"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 SHOW_TIMEOUT_S = 120.0
 """Connect to first frame processed: a round trip or two, but weston shares two emulated CPUs."""
+ROUNDTRIP_TIMEOUT_S = 30.0
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None,
@@ -92,9 +97,11 @@ def show(args: argparse.Namespace) -> int:
     from tests.support.layout import ClientError, SolidClient
 
     stop = threading.Event()
+    asked = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: asked.set())
     try:
-        client = SolidClient(Path(args.socket), colour=args.colour)
+        client = SolidClient(Path(args.socket), colour=args.colour, bind_outputs=True)
     except ClientError as err:
         print(json.dumps({"error": str(err)}), flush=True)
         return 1
@@ -103,9 +110,15 @@ def show(args: argparse.Namespace) -> int:
             why = client.error or f"not shown within {SHOW_TIMEOUT_S:g} s"
             print(json.dumps({"error": str(why)}), flush=True)
             return 1
-        print(json.dumps({"shown": True, "configured": client.configured}), flush=True)
-        while not stop.wait(1.0) and not client.closed.is_set():
-            pass
+        print(json.dumps({"shown": True, "configured": client.configured,
+                          "outputs_offered": client.outputs_offered,
+                          "output_events": client.output_events}), flush=True)
+        while not stop.wait(0.1) and not client.closed.is_set():
+            if asked.is_set():
+                asked.clear()
+                answered = client.roundtrip(ROUNDTRIP_TIMEOUT_S)
+                print(json.dumps({"roundtrip": answered, "configured": client.configured,
+                                  "output_events": client.output_events}), flush=True)
     return 0
 
 

@@ -239,3 +239,46 @@ def test_a_stopped_weston_is_killed_and_master_passes_to_the_next(boot: dict[str
     assert 0.5 < found["tainted_s"] < found["untainted_s"]
     assert found["clients_after"] == [
         {"command": "weston", "pid": str(found["new_pid"]), "master": "y"}]
+
+
+LIVE_MODE = (1024, 768)  # guest/scenario.py's LIVE_MODE for head 1
+
+
+def test_one_heads_live_mode_change_leaves_the_other_tenants_alone(boot: dict[str, Any]) -> None:
+    """Head 1 changes mode through the layout module's CONFIGURE, is put back and gets a full
+    modeset, while real Wayland clients of two other claims show on heads 0 and 2: same
+    weston, their connections answer a wl_display.sync, their heads scan out the same pixels,
+    and head 1 scans out the new mode."""
+    _reached(boot, "unplug")
+    live = boot["live"]
+    assert live["weston_pid_before"] == live["weston_pid_after"] is not None
+    for head, tenant in live["tenants"].items():
+        assert tenant["shown"].get("shown"), tenant["shown"]
+        # A claim's client is offered its own head's wl_output only.
+        assert tenant["shown"]["outputs_offered"] == 1, head
+        assert tenant["roundtrip"]["roundtrip"] is True, head
+        assert tenant["release"]["error"] == "", head
+    # Head 0 is left of head 1, so its tenant's wl_output sent nothing at all.
+    left = live["tenants"]["0"]
+    assert left["roundtrip"]["output_events"] == left["shown"]["output_events"]
+    assert live["change"]["reply"].startswith(f"OK Virtual-2 mode={LIVE_MODE[0]}x{LIVE_MODE[1]}@")
+    assert (live["change"]["scanout"]["width"], live["change"]["scanout"]["height"]) == LIVE_MODE
+    assert live["back"]["reply"].startswith(f"OK Virtual-2 mode={MODES[1][0]}x{MODES[1][1]}@")
+    assert (live["back"]["scanout"]["width"], live["back"]["scanout"]["height"]) == MODES[1]
+    assert live["modeset"]["reply"].startswith("OK Virtual-2 mode=")
+    assert live["not_offered"][0].startswith("ERR bad-mode mode 4000x3000 ")
+    assert f"offered: {MODES[1][0]}x{MODES[1][1]}@" in live["not_offered"][0]
+    diffs = {}
+    for prefix in ("live-changed", "live-back", "live-modeset"):
+        for head in (0, 2):
+            before = pixels.read_ppm(_out(boot) / f"live-before-head{head}.ppm")
+            after = pixels.read_ppm(_out(boot) / f"{prefix}-head{head}.ppm")
+            assert before.size == after.size == MODES[head]
+            diffs[f"{prefix}-head{head}"] = pixels.mean_abs_diff(before, after)
+    print("live reconfigure of head 1: "
+          + "; ".join(f"{what}: answered in {live[what]['answer_s']} s, scanout in "
+                      f"{live[what]['scanout_s']} s ({live[what]['scanout']['attempts']} dumps), "
+                      f"atomic state {live[what]['planes']}"
+                      for what in ("change", "back", "modeset"))
+          + f"; other heads' mean abs diff {diffs}")
+    assert all(diff == 0.0 for diff in diffs.values()), diffs

@@ -29,12 +29,12 @@
  *
  * Control socket (`[layout] control-socket=PATH`, mode 0660). A line protocol, one
  * request per line (at most 1023 bytes before '\n'), one reply per request. On connect
- * the module sends `LAYOUT 1`. Requests:
+ * the module sends `LAYOUT 1`. Claim requests:
  *   CREATE <claim> <output> <socket-path>   -> OK        (idempotent for the same triple)
  *   REMOVE <claim>                          -> OK        (ERR not-found when unknown)
  *   LIST                                    -> OK <n> then n lines
  *                                              `<claim> <output> <socket-path> <clients>`
- * Errors: `ERR <code> <text>` with code one of bad-request, bad-claim, bad-output,
+ * Their errors: `ERR <code> <text>` with code one of bad-request, bad-claim, bad-output,
  * bad-path, exists, not-found, io, too-long. A line over the limit gets `ERR too-long`
  * and the connection is closed. <claim> is 1..128 of [A-Za-z0-9._-]; <output> is 1..63
  * printable non-space bytes; <socket-path> is absolute and fits sockaddr_un.
@@ -60,6 +60,42 @@
  * the log line `layout: claim <claim>: client pid <pid> holds <n> protocol objects, over
  * the limit of 8192: disconnecting it`. So one claim's clients hold at most
  * 32 x (8192 + 1024) objects, a few tens of MiB of the compositor's memory.
+ *
+ * Live output configuration (configure.c), on the control socket too:
+ *   CONFIGURE <output> [mode=<W>x<H>[@<Hz>]] [transform=<t>] [scale=<n>] [modeset=1]
+ *     -> OK <output> mode=<W>x<H>@<mHz> transform=<t> scale=<n> x=<x> y=<y> width=<w>
+ *        height=<h>          (what weston now reports; width/height in global coordinates)
+ *     -> ERR <code> <field> <text>
+ *   OUTPUTS -> OK <n> then n lines, each as CONFIGURE's answer without "OK " and with
+ *        ` modes=<W>x<H>@<mHz>,...` appended (the output's mode list, duplicates dropped)
+ * <t> is normal, rotate-90, rotate-180, rotate-270, flipped, flipped-90, flipped-180 or
+ * flipped-270; <n> an integer 1..8; <Hz> a decimal with at most 3 decimals. Each key at
+ * most once; keys absent are left as they are. Every field is validated before anything is
+ * applied. The mode comes from the output's mode list: with @Hz the closest refresh within
+ * 0.5 Hz, without it the preferred mode if it has that size, else the highest refresh of
+ * that size. A mode the output already runs (refresh within 0.5 Hz, if given) is no change.
+ * The x11 backend lists only its window's size and takes any size from 128x128 to
+ * 8192x8192: there any <W>x<H> is a mode (at <Hz>, else the current refresh).
+ * Codes and fields: bad-request request (malformed, unknown or repeated key, modeset other
+ * than 1); not-found output; bad-mode mode (malformed, or not offered: the text ends with
+ * `offered: <W>x<H>@<Hz>,...`, Hz with three decimals); bad-transform transform;
+ * bad-scale scale; unsupported mode (the backend cannot switch modes while running, e.g.
+ * headless) or unsupported modeset (the backend has no DPMS, e.g. x11, headless): the
+ * caller restarts the compositor instead; failed mode (the backend refused the switch;
+ * the output was put back as it was, which the text states). Order of application: mode
+ * (weston_output_mode_set_native, with the output's scale), scale, transform. After a
+ * change, outputs that were right of the changed one keep their distance from its right
+ * edge, its layer mask and background follow it, and its claimed surfaces are re-sized to
+ * its new size in global coordinates (swapped after a quarter turn; the client gets an
+ * xdg_toplevel.configure). modeset=1 forces a full modeset of that one output when no mode
+ * changes (a monitor re-plugged on a connector weston drives): a DPMS off and on, which
+ * the DRM backend commits with ALLOW_MODESET for that output's CRTC alone; it is answered
+ * at once and runs as soon as no page flip of that output is in flight (within 1 s).
+ *
+ * What a claim's client sees (visibility.c): it is offered the wl_output global(s) of its
+ * claim's output and no other wl_output (none while that output is absent), so another
+ * tenant's output change sends it nothing. Clients of the main socket and the module's own
+ * capture client see every global.
  *
  * The capture socket (`[layout] capture-socket=PATH`) is described in capture.c.
  *
@@ -180,7 +216,7 @@ relayout(struct layout *layout)
 		place_surface(ls);
 }
 
-static struct claim *
+struct claim *
 claim_of_client(struct layout *layout, struct wl_client *client)
 {
 	struct claim *claim;
@@ -719,9 +755,12 @@ control_list(struct conn *conn)
 bool
 control_line(struct conn *conn, char *line)
 {
-	char *w[5];
-	int n = split_words(line, w, 4);
+	char *w[7];
+	int n = split_words(line, w, 6);
+	bool result;
 
+	if (configure_line(conn, w, n, &result))
+		return result;
 	if (n == 4 && strcmp(w[0], "CREATE") == 0)
 		return control_create(conn, w);
 	if (n == 2 && strcmp(w[0], "REMOVE") == 0)
@@ -729,7 +768,7 @@ control_line(struct conn *conn, char *line)
 	if (n == 1 && strcmp(w[0], "LIST") == 0)
 		return control_list(conn);
 	return conn_printf(conn, "ERR bad-request expected CREATE <claim> <output> <path>, "
-			   "REMOVE <claim> or LIST\n");
+			   "REMOVE <claim>, LIST, CONFIGURE <output> [key=value...] or OUTPUTS\n");
 }
 
 /* ---------- outputs: backgrounds and lifecycle ---------- */
@@ -811,6 +850,7 @@ layout_output_remove(struct layout_output *lo)
 				conn_destroy(conn);
 		}
 	}
+	configure_output_gone(lo);
 	background_destroy(lo);
 	weston_layer_fini(&lo->layer);
 	wl_list_remove(&lo->link);
@@ -837,8 +877,10 @@ output_destroyed(struct wl_listener *listener, void *data)
 	relayout(layout);
 }
 
-static void
-output_changed(struct layout *layout, struct weston_output *output)
+/* An output's position, size, transform or scale changed: its layer mask and background
+ * follow, and claimed surfaces are re-placed and re-sized to it. */
+void
+layout_output_changed(struct layout *layout, struct weston_output *output)
 {
 	struct layout_output *lo = find_layout_output(layout, output);
 
@@ -855,7 +897,7 @@ output_moved(struct wl_listener *listener, void *data)
 {
 	struct layout *layout = wl_container_of(listener, layout, output_moved);
 
-	output_changed(layout, data);
+	layout_output_changed(layout, data);
 }
 
 static void
@@ -863,7 +905,7 @@ output_resized(struct wl_listener *listener, void *data)
 {
 	struct layout *layout = wl_container_of(listener, layout, output_resized);
 
-	output_changed(layout, data);
+	layout_output_changed(layout, data);
 }
 
 /* ---------- setup and teardown ---------- */
@@ -877,6 +919,7 @@ layout_destroy(struct wl_listener *listener, void *data)
 	struct layout_output *lo, *lnext;
 
 	(void)data;
+	visibility_stop(layout);
 	capturer_stop(&layout->capturer);
 	wl_list_for_each_safe(conn, cnext, &layout->control.conns, link)
 		conn_destroy(conn);
@@ -996,6 +1039,7 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 	wl_list_for_each(output, &ec->output_list, link)
 		layout_output_add(layout, output);
 
+	visibility_start(layout);
 	layout->desktop = weston_desktop_create(ec, &desktop_api, layout);
 	if (!layout->desktop)
 		goto fail;

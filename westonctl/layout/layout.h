@@ -111,6 +111,11 @@ struct layout_output {
 	struct weston_curtain *background;
 	/* The claimed views shown on this output, masked to its rectangle. */
 	struct weston_layer layer;
+	/* configure.c: the mode passed to a backend that takes any size (libweston keeps
+	 * the pointer as the native mode), and a modeset waiting for a page flip. */
+	struct weston_mode any_size_mode;
+	struct wl_event_source *modeset_timer;
+	int modeset_waited_ms;
 };
 
 #include "capture.h"
@@ -161,5 +166,15 @@ struct layout_output *find_layout_output(struct layout *layout, struct weston_ou
 int split_words(char *line, char **words, int max);
 bool valid_output(const char *s);
 bool control_line(struct conn *conn, char *line);
+void layout_output_changed(struct layout *layout, struct weston_output *output);
+struct claim *claim_of_client(struct layout *layout, struct wl_client *client);
+
+/* visibility.c: a claim's client is offered its own output's wl_output only */
+void visibility_start(struct layout *layout);
+void visibility_stop(struct layout *layout);
+
+/* configure.c: live output configuration (CONFIGURE, OUTPUTS) */
+bool configure_line(struct conn *conn, char **words, int n, bool *result);
+void configure_output_gone(struct layout_output *lo);
 
 #endif

@@ -164,8 +164,9 @@ def test_client_asking_for_another_output_or_maximize_stays_on_its_own(
     two_outputs: Compositor, claims: LayoutControl
 ) -> None:
     claims.create_claim_socket(two_outputs.claim_socket("a"), "X1", "claim-a")
-    # X2 sits right of X1, at x = X1 width.
-    wish = Wish(fullscreen_on_output_at_x=X1[0], maximize=True)
+    # A claim's client is offered no other wl_output to ask for (X2 sits right of X1, at
+    # x = X1 width), so it asks for fullscreen on the only one it has, and to be maximized.
+    wish = Wish(fullscreen_on_output_at_x=0, maximize=True)
     with SolidClient(two_outputs.claim_socket("a"), colour=BLUE, wish=wish) as client:
         wait_frame(two_outputs.capture, "X1", all_one(BLUE), what="blue over all of X1")
         x2 = wait_frame(two_outputs.capture, "X2", lambda _f: True, what="a frame")
@@ -795,6 +796,18 @@ def _asan_session(compositor: Compositor) -> SolidClient:
         # claim-b stays, with a client, so that shutdown tears both down.
         stays = SolidClient(compositor.claim_socket("b"), colour=GREEN)
         wait_frame(compositor.capture, "headless", all_one(GREEN), what="green over headless")
+        # Live configuration: a turn and a scale with a client shown, refusals, the list.
+        control.configure("headless", transform="rotate-90", scale=2)
+        wait_frame(compositor.capture, "headless", all_one(GREEN), what="green, turned")
+        control.configure("headless", transform="normal", scale=1)
+        with _raw(compositor.control) as raw:
+            raw.sendall(
+                b"CONFIGURE headless mode=320x240@59.9 transform=x\n"
+                b"CONFIGURE headless mode=1x1\nCONFIGURE headless modeset=1\n"
+                b"CONFIGURE " + b"h" * 63 + b" scale=2 scale=2 scale=2 scale=2 scale=2\n"
+            )
+            assert len(_lines(raw, 4)) == 4
+        assert len(control.outputs()) == 1
     _answers(compositor)
     return stays
 
@@ -844,9 +857,7 @@ def _every_pixel(colour: tuple[int, int, int]) -> Callable[[Frame], bool]:
 
 def _off_pixels(frame: Frame, colour: tuple[int, int, int]) -> int:
     header = frame.header
-    return sum(
-        frame.rgb(x, y) != colour for y in range(header.height) for x in range(header.width)
-    )
+    return sum(frame.rgb(x, y) != colour for y in range(header.height) for x in range(header.width))
 
 
 @pytest.mark.parametrize(
@@ -859,8 +870,14 @@ def _off_pixels(frame: Frame, colour: tuple[int, int, int]) -> int:
         ("popup", "X1", (X1[0], 0)),
         ("popup", "X2", (-X2[0], 0)),
     ],
-    ids=["wide-buffer", "wide-buffer-left", "subsurface", "subsurface-negative", "popup",
-         "popup-negative"],
+    ids=[
+        "wide-buffer",
+        "wide-buffer-left",
+        "subsurface",
+        "subsurface-negative",
+        "popup",
+        "popup-negative",
+    ],
 )
 def test_a_client_cannot_draw_on_the_neighbouring_output(
     two_outputs: Compositor,
@@ -1056,3 +1073,240 @@ def test_create_under_the_claims_dir_makes_a_world_connectable_socket(
 
 def test_without_claims_dir_create_takes_any_path_and_says_so(two_outputs: Compositor) -> None:
     assert "no [layout] claims-dir=" in two_outputs.weston.process.log_text()
+
+
+# ---------- live output configuration (CONFIGURE, OUTPUTS) and per-claim wl_output ----------
+#
+# Three x11 outputs side by side: the middle one, X2, changes while a client of another claim
+# (on X3, right of it) and one of a third (on X1) keep their connection and their pixels.
+
+L1, L2, L3 = (320, 240), (240, 180), (200, 150)
+
+
+@dataclass
+class Tenants:
+    compositor: Compositor
+    control: LayoutControl
+    changed: SolidClient  # on X2, the output that changes
+    left: SolidClient  # on X1
+    right: SolidClient  # on X3, re-placed when X2's width changes
+
+
+@pytest.fixture(scope="module")
+def three_outputs(layout_so: Path) -> Iterator[Compositor]:
+    with (
+        _sockets_dir() as sockets,
+        weston_support.x11(
+            [L1, L2, L3], config=layout_ini(sockets), args=[f"--shell={layout_so}"]
+        ) as w,
+    ):
+        yield Compositor(weston=w, sockets=sockets)
+
+
+@pytest.fixture
+def tenants(three_outputs: Compositor) -> Iterator[Tenants]:
+    """A client on each output's claim, shown; every output back as it was afterwards."""
+    c = three_outputs
+    with LayoutControl(c.control, timeout=WAIT_S) as control:
+        for name, output in (("left", "X1"), ("changed", "X2"), ("right", "X3")):
+            control.create_claim_socket(c.claim_socket(name), output, name)
+        with (
+            SolidClient(c.claim_socket("left"), colour=RED, bind_outputs=True) as left,
+            SolidClient(c.claim_socket("changed"), colour=BLUE) as changed,
+            SolidClient(c.claim_socket("right"), colour=GREEN, bind_outputs=True) as right,
+        ):
+            for client in (left, changed, right):
+                wait_shown(client)
+            wait_frame(c.capture, "X1", all_one(RED), what="red over all of X1")
+            wait_frame(c.capture, "X2", all_one(BLUE), what="blue over all of X2")
+            wait_frame(c.capture, "X3", all_one(GREEN), what="green over all of X3")
+            yield Tenants(c, control, changed, left, right)
+            control.configure("X2", mode=f"{L2[0]}x{L2[1]}", transform="normal", scale=1)
+        for claim in control.list_claim_sockets():
+            control.remove_claim_socket(claim.claim_uid)
+
+
+def _states(control: LayoutControl) -> dict[str, layout_module.OutputState]:
+    return {state.name: state for state in control.outputs()}
+
+
+def _configured(client: SolidClient, size: tuple[int, int]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not client.configured or client.configured[-1] != size:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the client was never configured to {size}: {client.configured}")
+        client.roundtrip(WAIT_S)
+
+
+def _others_untouched(t: Tenants, left_events: int) -> None:
+    """The other tenants' connections answer and their outputs still show only them; X1's
+    tenant heard nothing of X2's change, X3's only that its own output moved."""
+    for client in (t.left, t.right):
+        assert client.roundtrip(WAIT_S), "another tenant's wl_display.sync went unanswered"
+        assert not client.closed.is_set() and client.error is None
+    wait_frame(t.compositor.capture, "X1", _every_pixel(RED), what="red over every pixel of X1")
+    wait_frame(t.compositor.capture, "X3", _every_pixel(GREEN), what="green over every pixel of X3")
+    assert t.left.output_events == left_events
+    assert t.right.output_x == [_states(t.control)["X3"].x]
+
+
+def test_outputs_reports_every_output_left_to_right(tenants: Tenants) -> None:
+    states = _states(tenants.control)
+    assert [(s.name, s.x, s.logical_width, s.logical_height) for s in states.values()] == [
+        ("X1", 0, *L1),
+        ("X2", L1[0], *L2),
+        ("X3", L1[0] + L2[0], *L3),
+    ]
+    x2 = states["X2"]
+    assert (x2.width, x2.height, x2.refresh_mhz, x2.transform, x2.scale) == (
+        *L2,
+        60000,
+        "normal",
+        1,
+    )
+    assert [(m.width, m.height) for m in x2.modes] == [L2]
+
+
+@pytest.mark.parametrize(
+    ("change", "logical", "pixels"),
+    [
+        ({"mode": "320x200"}, (320, 200), (320, 200)),
+        ({"transform": "rotate-90"}, (L2[1], L2[0]), L2),
+        ({"scale": 2}, (L2[0] // 2, L2[1] // 2), L2),
+        ({"mode": "300x160@60", "transform": "rotate-270", "scale": 2}, (80, 150), (300, 160)),
+    ],
+    ids=["mode", "rotate-90", "scale-2", "all-three"],
+)
+def test_configure_changes_one_output_live(
+    tenants: Tenants, change: dict[str, object], logical: tuple[int, int], pixels: tuple[int, int]
+) -> None:
+    t = tenants
+    left_events = t.left.output_events
+    state = t.control.configure("X2", **change)  # type: ignore[arg-type]
+    assert (state.logical_width, state.logical_height) == logical
+    assert (state.width, state.height) == pixels
+    assert state.transform == change.get("transform", "normal")
+    assert state.scale == change.get("scale", 1)
+    assert _states(t.control)["X3"].x == L1[0] + logical[0], "X3 not re-placed right of X2"
+    # The claim's client is configured to the output's new logical size (swapped after a
+    # quarter turn) and fills every pixel of it, at the framebuffer's new size.
+    _configured(t.changed, logical)
+    frame = wait_frame(
+        t.compositor.capture, "X2", _every_pixel(BLUE), what="blue over every pixel of X2"
+    )
+    assert (frame.header.width, frame.header.height) == pixels
+    _others_untouched(t, left_events)
+    # And back: X3 returns to its place.
+    t.control.configure("X2", mode=f"{L2[0]}x{L2[1]}", transform="normal", scale=1)
+    assert _states(t.control)["X3"].x == L1[0] + L2[0]
+    _configured(t.changed, L2)
+    _others_untouched(t, left_events)
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "field"),
+    [
+        (b"CONFIGURE X2 mode=320x\n", b"bad-mode", b"mode"),
+        (b"CONFIGURE X2 mode=0x200\n", b"bad-mode", b"mode"),
+        (b"CONFIGURE X2 mode=320x200@60.0001\n", b"bad-mode", b"mode"),
+        (b"CONFIGURE X2 mode=320x200 transform=rotate-45\n", b"bad-transform", b"transform"),
+        (b"CONFIGURE X2 transform=rotate-90 scale=9\n", b"bad-scale", b"scale"),
+        (b"CONFIGURE X2 transform=rotate-90 scale=0\n", b"bad-scale", b"scale"),
+        (b"CONFIGURE X2 transform=rotate-90 scale=02\n", b"bad-scale", b"scale"),
+        (b"CONFIGURE X2 mode=320x200 colour=red\n", b"bad-request", b"request"),
+        (b"CONFIGURE X2 scale=2 scale=3\n", b"bad-request", b"request"),
+        (b"CONFIGURE X2 transform=rotate-90 modeset=2\n", b"bad-request", b"request"),
+        (b"CONFIGURE X9 mode=320x200\n", b"not-found", b"output"),
+        # Below the x11 backend's smallest window: the switch fails, the output is put back.
+        (b"CONFIGURE X2 mode=100x100 transform=rotate-90\n", b"failed", b"mode"),
+        # The x11 backend has no DPMS, so it cannot power-cycle an output.
+        (b"CONFIGURE X2 modeset=1\n", b"unsupported", b"modeset"),
+    ],
+    ids=[
+        "mode-malformed",
+        "mode-zero",
+        "refresh-4-decimals",
+        "transform",
+        "scale-9",
+        "scale-0",
+        "scale-leading-zero",
+        "unknown-key",
+        "repeated-key",
+        "modeset-2",
+        "no-output",
+        "switch-fails",
+        "no-dpms",
+    ],
+)
+def test_bad_configure_names_the_field_and_changes_nothing(
+    tenants: Tenants, line: bytes, code: bytes, field: bytes
+) -> None:
+    t = tenants
+    left_events = t.left.output_events
+    before = _states(t.control)
+    with _raw(t.compositor.control) as sock:
+        assert _lines(sock, 1) == [b"LAYOUT 1"]
+        sock.sendall(line)
+        (error,) = _lines(sock, 1)
+    assert error.split(b" ")[:3] == [b"ERR", code, field], error
+    assert _states(t.control) == before
+    assert t.changed.configured[-1] == L2
+    wait_frame(t.compositor.capture, "X2", _every_pixel(BLUE), what="blue over every pixel of X2")
+    _others_untouched(t, left_events)
+
+
+def test_configure_errors_are_typed(tenants: Tenants) -> None:
+    with pytest.raises(layout_module.LayoutUnsupported) as unsupported:
+        tenants.control.configure("X2", modeset=True)
+    assert unsupported.value.field == "modeset"
+    with pytest.raises(layout_module.LayoutConfigureFailed) as failed:
+        tenants.control.configure("X2", mode="100x100")
+    assert (failed.value.code, failed.value.field) == ("failed", "mode")
+    with pytest.raises(layout_module.LayoutOutputNotFound):
+        tenants.control.configure("X9", scale=2)
+    with pytest.raises(layout_module.LayoutUsageError, match="transform"):
+        tenants.control.configure("X2", transform="sideways")
+
+
+def test_a_claims_client_is_offered_only_its_outputs_wl_output(tenants: Tenants) -> None:
+    t = tenants
+    for client in (t.left, t.changed, t.right):
+        assert client.outputs_offered == 1
+    with SolidClient(t.compositor.weston.socket, colour=RED, bind_outputs=True) as main:
+        wait_shown(main)
+        assert main.outputs_offered == 3
+    # A claim on an output that does not exist offers no wl_output at all.
+    t.control.create_claim_socket(t.compositor.claim_socket("none"), "X9", "none")
+    with SolidClient(t.compositor.claim_socket("none"), colour=RED) as nowhere:
+        wait_shown(nowhere)
+        assert nowhere.outputs_offered == 0
+
+
+def test_headless_cannot_switch_modes_live(one_output: Compositor) -> None:
+    with LayoutControl(one_output.control, timeout=WAIT_S) as control:
+        with pytest.raises(layout_module.LayoutUnsupported) as caught:
+            control.configure("headless", mode="320x240")
+        assert caught.value.field == "mode"
+        # The mode it runs needs no switch, and scale and transform need no backend support.
+        state = control.configure("headless", mode=f"{HEADLESS[0]}x{HEADLESS[1]}", scale=2)
+        assert (state.logical_width, state.logical_height, state.scale) == (320, 240, 2)
+        state = control.configure("headless", scale=1)
+        assert (state.logical_width, state.logical_height) == HEADLESS
+
+
+def test_rotating_the_rightmost_output_resizes_its_client(tenants: Tenants) -> None:
+    """No output moves then, so nothing but the module's own follow-up re-sizes the client."""
+    t = tenants
+    left_events = t.left.output_events
+    try:
+        state = t.control.configure("X3", transform="rotate-90")
+        assert (state.logical_width, state.logical_height) == (L3[1], L3[0])
+        _configured(t.right, (L3[1], L3[0]))
+        wait_frame(
+            t.compositor.capture, "X3", _every_pixel(GREEN), what="green over every pixel of X3"
+        )
+        assert t.changed.roundtrip(WAIT_S)
+        assert t.left.output_events == left_events
+    finally:
+        t.control.configure("X3", transform="normal")
+    _configured(t.right, L3)

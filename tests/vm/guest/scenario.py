@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -147,25 +148,43 @@ def start(name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
 
 def start_container(name: str) -> subprocess.Popen[bytes]:
     """The plan's container `name`; its argv and env as the kernel holds them once it runs."""
-    child = pod.launch(pod.container(PLAN, name), (LOGS / f"{name}.log").open("ab"))
+    spec = pod.container(PLAN, name)
+    child = pod.launch(spec, (LOGS / f"{name}.log").open("ab"))
     _children.append((name, child))
-    running = until(lambda: exec_done(child), timeout=WAIT_S, what=f"{name} past setpriv")
+    target = executable(spec["argv"][0], spec["env"])
+    running = until(lambda: exec_done(child, target), timeout=WAIT_S,
+                    what=f"{name} running {target}")
     if running is not True:
         results["cmdlines"].setdefault(name, running[0])
         results["environs"].setdefault(name, running[1])
     return child
 
 
-def exec_done(child: subprocess.Popen[bytes]) -> tuple[list[str], dict[str, str]] | bool:
-    """The child's cmdline and environ once setpriv has exec'd it (the same cmdline before
-    and after reading environ: mid-exec it reads empty); True if it exited first."""
+def executable(program: str, env: dict[str, str]) -> str:
+    """The file the kernel will show as /proc/PID/exe for `program`, symlinks resolved."""
+    found = program if "/" in program else shutil.which(program, path=env.get("PATH"))
+    if found is None:
+        raise RuntimeError(f"{program} is not on the container's PATH {env.get('PATH')}")
+    return os.path.realpath(found)
+
+
+def exec_done(child: subprocess.Popen[bytes],
+              target: str) -> tuple[list[str], dict[str, str]] | bool:
+    """The child's cmdline and environ once it runs `target`; True if it exited first.
+
+    Between fork and exec the child still carries the scenario's own cmdline, and then
+    setpriv's until setpriv execs the container's program, so only /proc/PID/exe being that
+    program says the exec happened. The exe and cmdline are read again after environ (mid-exec
+    environ reads empty) and must not have moved."""
     try:
+        exe = os.readlink(f"/proc/{child.pid}/exe")
         argv = pod.cmdline(child.pid)
         environ = Path(f"/proc/{child.pid}/environ").read_bytes()
         again = pod.cmdline(child.pid)
+        exe_again = os.readlink(f"/proc/{child.pid}/exe")
     except OSError:
         return child.poll() is not None
-    if argv == again and argv[0] not in ("", NO_CAPS[0]):
+    if exe == exe_again == target and argv == again:
         return argv, dict(e.split("=", 1) for e in environ.decode().split("\0") if "=" in e)
     return child.poll() is not None
 
@@ -465,29 +484,32 @@ def accepts(path: Path) -> bool:
     return True
 
 
-def log_json(name: str) -> dict[str, Any] | None:
-    """The first JSON line a child printed to its log, once it has."""
-    for line in (LOGS / f"{name}.log").read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            parsed: dict[str, Any] = json.loads(line)
-            return parsed
-    return None
+def log_json(name: str, index: int = 0) -> dict[str, Any] | None:
+    """The JSON line number `index` (from 0) a child printed to its log, once it has."""
+    lines = [line for line in (LOGS / f"{name}.log").read_text(errors="replace").splitlines()
+             if line.startswith("{")]
+    if len(lines) <= index:
+        return None
+    parsed: dict[str, Any] = json.loads(lines[index])
+    return parsed
 
 
-def show_app(uid: str, device: str) -> dict[str, Any]:
+def show_app(uid: str, device: str, name: str = "app",
+             colour: tuple[int, int, int] = CLAIM_COLOUR) -> dict[str, Any]:
     """The claim's app on its socket, without capabilities; its answer once shown."""
     path = claim_socket(uid, device)
     until(lambda: accepts(path), timeout=WAIT_S, what=f"the claim's socket {path} accepts")
-    child = start("app", [*NO_CAPS, *venv_binary("claim"), "show", f"--socket={path}",
-                          "--colour=" + ",".join(map(str, CLAIM_COLOUR))])
-    answer: dict[str, Any] = until(lambda: log_json("app") or (
+    child = start(name, [*NO_CAPS, *venv_binary("claim"), "show", f"--socket={path}",
+                         "--colour=" + ",".join(map(str, colour))])
+    answer: dict[str, Any] = until(lambda: log_json(name) or (
         child.poll() is not None and {"error": f"exited {child.returncode}"}),
-        timeout=WAIT_S, what="the claim's app shown")
+        timeout=WAIT_S, what=f"the claim's app {name} shown")
     answer["socket"] = os.fspath(path)
     return answer
 
 
-def dump_showing(head: int, name: str) -> dict[str, Any]:
+def dump_showing(head: int, name: str,
+                 colour: tuple[int, int, int] = CLAIM_COLOUR) -> dict[str, Any]:
     """Dump `head` until the app's colour covers it (the frame after the commit may not have
     been scanned out yet); the last dump's reply and coverage."""
     deadline = time.monotonic() + 60
@@ -495,7 +517,7 @@ def dump_showing(head: int, name: str) -> dict[str, Any]:
     while True:
         attempt += 1
         reply = ask_host(op="screendump", head=head, name=name)
-        share = pixels.coverage(pixels.read_ppm(OUT / f"{name}.ppm"), CLAIM_COLOUR, step=97)
+        share = pixels.coverage(pixels.read_ppm(OUT / f"{name}.ppm"), colour, step=97)
         if share >= SHOWN_COVERAGE or time.monotonic() > deadline:
             return {**reply, "sampled_coverage": round(share, 4), "attempts": attempt}
         time.sleep(0.5)
@@ -548,6 +570,167 @@ def claims() -> None:
               what="Virtual-2 back at its preferred 1280x800")
         found["released"] = ask_host(op="screendump", head=1, name="released-head1")
     results["claims"] = found
+
+
+# -- live reconfiguration: one head changes while the others' tenants keep running ---------
+
+TENANTS = {0: ("vm-tenant-0", "card0-virtual-1", (20, 200, 60)),
+           2: ("vm-tenant-2", "card0-virtual-3", (40, 90, 230))}
+"""Head: the claim, its device and its app's colour, on the heads that do not change."""
+LIVE_OUTPUT, LIVE_HEAD, LIVE_MODE = "Virtual-2", 1, (1024, 768)
+DRM_STATE = Path("/sys/kernel/debug/dri/0/state")
+
+
+def layout_request(line: str) -> list[str]:
+    """One request on the layout module's control socket (weston.ini names it): the reply's
+    lines (an `OK <n>` of OUTPUTS or LIST and its n lines)."""
+    found = re.search(r"^control-socket=(.+)$", results["weston_ini"], re.MULTILINE)
+    if found is None:
+        raise RuntimeError("weston.ini names no control socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(60)
+        sock.connect(found.group(1))
+        reader = sock.makefile("r", encoding="ascii", newline="\n")
+        if reader.readline().strip() != "LAYOUT 1":
+            raise RuntimeError("the control socket's greeting is not LAYOUT 1")
+        sock.sendall(line.encode() + b"\n")
+        reply = [reader.readline().rstrip("\n")]
+        count = reply[0].removeprefix("OK ")
+        if line in ("OUTPUTS", "LIST") and count.isdigit():
+            reply += [reader.readline().rstrip("\n") for _ in range(int(count))]
+        return reply
+
+
+def planes_sample() -> dict[str, bool]:
+    """From the kernel's atomic state: for each connector on a CRTC, whether a plane with a
+    framebuffer is on that CRTC (False: the head shows nothing)."""
+    shown: dict[str, bool] = {}
+    connector_crtc: dict[str, str] = {}
+    block: dict[str, str] = {}
+    for line in [*DRM_STATE.read_text(errors="replace").splitlines(), "end"]:
+        if not line.startswith("\t"):
+            crtc = block.get("crtc", "(null)")
+            if block.get("kind") == "plane" and crtc != "(null)":
+                shown[crtc] = shown.get(crtc, False) or block.get("fb", "0") != "0"
+            elif block.get("kind") == "connector" and crtc != "(null)":
+                connector_crtc[block["name"]] = crtc
+            kind, _, name = line.partition("]: ")
+            block = {"kind": kind.split("[")[0], "name": name.strip()}
+        elif "=" in line and not line.startswith("\t\t"):
+            key, _, value = line.strip().partition("=")
+            block[key] = value.split(" ")[0]
+    return {connector: shown.get(crtc, False) for connector, crtc in connector_crtc.items()}
+
+
+class PlaneWatch:
+    """Samples the atomic state as fast as it can read it while a change runs: which
+    connectors' CRTCs ever lost their plane's framebuffer, among those that had one at the
+    start, and in how many samples."""
+
+    def __init__(self) -> None:
+        import threading
+        self.samples = 0
+        self.blanked: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._first = planes_sample() if DRM_STATE.exists() else {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self._first:
+            sample = planes_sample()
+            self.samples += 1
+            for connector, had in self._first.items():
+                if had and not sample.get(connector, False):
+                    self.blanked[connector] = self.blanked.get(connector, 0) + 1
+            time.sleep(0.002)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(10)
+        return {"connectors": sorted(self._first), "samples": self.samples,
+                "blanked": self.blanked}
+
+
+def tenant_roundtrip(name: str, index: int) -> dict[str, Any]:
+    """Ask app `name` for a wl_display.sync on its connection; its answer (JSON line `index`)."""
+    child = next(c for n, c in reversed(_children) if n == name)
+    os.kill(child.pid, signal.SIGUSR1)
+    answer: dict[str, Any] = until(lambda: log_json(name, index) or (
+        child.poll() is not None and {"error": f"exited {child.returncode}"}), timeout=60,
+        what=f"{name}'s round trip")
+    return answer
+
+
+def dumps_of(heads: Any, prefix: str) -> dict[int, str]:
+    for head in heads:
+        ask_host(op="screendump", head=head, name=f"{prefix}-head{head}")
+    return {head: f"{prefix}-head{head}" for head in heads}
+
+
+def scanout_at(size: tuple[int, int], name: str) -> dict[str, Any]:
+    """Dump head LIVE_HEAD until it scans out at `size`; the last reply and how many dumps."""
+    attempts = 0
+    while True:
+        attempts += 1
+        reply = ask_host(op="screendump", head=LIVE_HEAD, name=name)
+        if (reply["width"], reply["height"]) == size or attempts >= 100:
+            return {**reply, "attempts": attempts}
+
+
+def reconfigure(line: str, size: tuple[int, int], name: str) -> dict[str, Any]:
+    """One CONFIGURE of head LIVE_HEAD: its answer, the time to it and to the new scanout, and
+    what the kernel's atomic state showed of the other heads meanwhile."""
+    watch = PlaneWatch()
+    t0 = time.monotonic()
+    reply = layout_request(line)
+    answered_s = time.monotonic() - t0
+    scanout = scanout_at(size, name)
+    return {"reply": reply[0], "answer_s": round(answered_s, 3),
+            "scanout_s": round(time.monotonic() - t0, 3), "scanout": scanout,
+            "planes": watch.stop()}
+
+
+def live_reconfigure() -> None:
+    """Tenants on heads 0 and 2 while head 1 changes mode through the layout module and is put
+    back, then gets a full modeset: their connections, their wl_outputs and their scanouts."""
+    step("live reconfigure")
+    found: dict[str, Any] = {"tenants": {}}
+    results["live"] = found
+    apps = {}
+    for head, (name, device, colour) in TENANTS.items():
+        answer = claim(name, device)
+        if answer["error"]:
+            raise RuntimeError(f"claim {name} on {device}: {answer['error']}")
+        apps[head] = f"tenant{head}"
+        found["tenants"][head] = {"claim": answer, "shown": show_app(answer["uid"], device,
+                                                                     apps[head], colour)}
+        found["tenants"][head]["dump"] = dump_showing(head, f"live-before-head{head}", colour)
+    found["weston_pid_before"] = weston_pid()
+    found["outputs_before"] = layout_request("OUTPUTS")
+    step("live: mode change")
+    found["change"] = reconfigure(f"CONFIGURE {LIVE_OUTPUT} mode={LIVE_MODE[0]}x{LIVE_MODE[1]}",
+                                  LIVE_MODE, "live-changed-head1")
+    found["outputs_changed"] = layout_request("OUTPUTS")
+    dumps_of(TENANTS, "live-changed")
+    step("live: put back")
+    found["back"] = reconfigure(f"CONFIGURE {LIVE_OUTPUT} mode={PLUGGED[LIVE_HEAD][0]}x"
+                                f"{PLUGGED[LIVE_HEAD][1]}", PLUGGED[LIVE_HEAD], "live-back-head1")
+    dumps_of(TENANTS, "live-back")
+    step("live: modeset")
+    found["modeset"] = reconfigure(f"CONFIGURE {LIVE_OUTPUT} modeset=1", PLUGGED[LIVE_HEAD],
+                                   "live-modeset-head1")
+    found["not_offered"] = layout_request(f"CONFIGURE {LIVE_OUTPUT} mode=4000x3000")
+    dumps_of(TENANTS, "live-modeset")
+    found["outputs_after"] = layout_request("OUTPUTS")
+    found["claims_listed"] = layout_request("LIST")
+    found["weston_pid_after"] = weston_pid()
+    for head in TENANTS:
+        found["tenants"][head]["roundtrip"] = tenant_roundtrip(apps[head], 1)
+    for head in TENANTS:
+        stop(apps[head])
+        found["tenants"][head]["release"] = release(TENANTS[head][0],
+                                                    found["tenants"][head]["claim"]["uid"])
 
 
 def timed(what: str, check: Callable[[], bool], t0: float) -> float:
@@ -629,7 +812,7 @@ def main() -> int:
     run(["busybox", "ip", "link", "set", "lo", "up"])
     try:
         for part in (plug_heads, start_api, declare, compositor, operator, capture_server, lit,
-                     claims, hotplug, watchdog):
+                     claims, live_reconfigure, hotplug, watchdog):
             part()
         step("done")
     except Exception as err:

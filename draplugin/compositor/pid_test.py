@@ -1,4 +1,4 @@
-"""westonpid: a pid is weston's only when /proc says so, in this pid namespace.
+"""compositor.pid: a pid is weston's only when /proc says so, in this pid namespace.
 
 A stand-in weston is `sleep` exec'd through a symlink named `weston` (the kernel names a
 process after the file it exec'd), so these tests need no compositor.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay.westonpid import WestonPidError, read_weston_pid, weston_pid
+from draplugin.compositor.pid import WestonPidError, read_weston_pid, weston_pid
 
 WAIT_S = 10.0
 

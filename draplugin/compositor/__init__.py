@@ -1,0 +1,337 @@
+"""The compositor as the operator sees it, owned in one place.
+
+`Compositor` is the operator's one handle on weston: its checked pid (`pid`, through
+`draplugin.compositor.pid`, which checks `/proc` before anyone signals it), whether it answers
+on its socket, what its outputs run at, a live change of one output's mode, transform or scale
+through the layout module's control socket (`CONFIGURE`, see `westonctl/layout/layout.c`),
+and the restart that stays as the fallback.
+
+Every output change goes through `apply`: it asks the module what each output runs at
+(`OUTPUTS`), changes live only what differs, and restarts the compositor (at most once per
+call) only where the live path cannot do it:
+
+- the module answers `unsupported` (the backend cannot switch modes), or no layout module
+  answers at all (a stock shell has no control socket): reason `unsupported`;
+- an output that should be driven is not among the compositor's outputs (a monitor on a
+  connector weston has never driven, see `draplugin.node.reprobe`): reason `new-connector`.
+
+weston reads weston.ini again when it starts, which the caller wrote before, so a restart
+applies every output at once. Each change is counted (`output_reconfigured`: live, fallback,
+failed), each restart by reason (`compositor_restarted`), and each output's state as weston
+reports it (`set_output_state`).
+
+A restart is a restart order naming weston's pid, SIGTERM, and a bounded wait (the operator's
+`--restart-timeout`) until a new weston answers on the socket; westonctl starts it at once
+and the crash count stays put.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal, Protocol
+
+from draplugin.compositor.pid import PROC, WestonPidError, read_weston_pid
+from libdisplay import layout
+from libdisplay.layout import LayoutControl, LayoutError, OutputState
+from libdisplay.modes import Mode
+from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
+from libdisplay.weston import order_restart
+
+log = logging.getLogger(__name__)
+
+RestartReason = Literal["unsupported", "new-connector", "start"]
+Result = Literal["live", "fallback", "failed"]
+POLL_S: Final = 0.02
+_REFRESH_TOLERANCE_MHZ: Final = 500
+DEFAULT_TRANSFORM: Final = "normal"
+DEFAULT_SCALE: Final = 1
+
+
+class CompositorError(Exception):
+    """Base of this module's errors."""
+
+
+class CompositorTimeoutError(CompositorError):
+    """The compositor did not answer on its socket in time after a restart."""
+
+
+class Recorder(Protocol):
+    """Where the compositor's changes are counted (`draplugin.node.metrics.Metrics`)."""
+
+    def compositor_restarted(self, reason: RestartReason) -> None: ...
+
+    def output_reconfigured(self, output: str, result: Result) -> None: ...
+
+    def set_output_state(self, output: str, *, connected: bool, mode: str, transform: str,
+                         scale: int) -> None: ...
+
+
+class _NoRecorder:
+    def compositor_restarted(self, reason: RestartReason) -> None:
+        pass
+
+    def output_reconfigured(self, output: str, result: Result) -> None:
+        pass
+
+    def set_output_state(self, output: str, *, connected: bool, mode: str, transform: str,
+                         scale: int) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What one output of the compositor (its name there: `HDMI-A-1`, `X1`) should run at.
+    `mode` None leaves the mode as it is (a monitor whose preferred mode is unknown);
+    `modeset` forces a full modeset of that output (a monitor re-plugged on it)."""
+
+    output: str
+    mode: Mode | None = None
+    transform: str = DEFAULT_TRANSFORM
+    scale: int = DEFAULT_SCALE
+    modeset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What `apply` did: each output's state as weston reports it afterwards, the restart it
+    ordered (None when everything was live or nothing changed), the outputs it changed, and
+    the outputs whose change failed, with the module's error."""
+
+    states: dict[str, OutputState] = field(default_factory=dict)
+    restarted: RestartReason | None = None
+    changed: tuple[str, ...] = ()
+    failed: dict[str, LayoutError] = field(default_factory=dict)
+
+
+def mode_text(state: OutputState) -> str:
+    """`1280x720@60` for a state weston reports (refresh rounded to what people write)."""
+    hz = f"{state.refresh_mhz / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{state.width}x{state.height}@{hz}" if state.refresh_mhz else \
+        f"{state.width}x{state.height}"
+
+
+def differs(wanted: Wanted, state: OutputState) -> tuple[str, ...]:
+    """The fields of `wanted` that `state` does not run at."""
+    fields = []
+    if wanted.mode is not None and (
+        (wanted.mode.width, wanted.mode.height) != (state.width, state.height)
+        or (wanted.mode.refresh_mhz and state.refresh_mhz
+            and abs(wanted.mode.refresh_mhz - state.refresh_mhz) > _REFRESH_TOLERANCE_MHZ)
+    ):
+        fields.append("mode")
+    if wanted.transform != state.transform:
+        fields.append("transform")
+    if wanted.scale != state.scale:
+        fields.append("scale")
+    return tuple(fields)
+
+
+class Compositor:
+    """See the module docstring. Blocking calls: run them off an event loop."""
+
+    def __init__(
+        self,
+        *,
+        socket: Path,
+        pid_file: Path,
+        restarts_dir: Path,
+        control: Path | None,
+        restart_timeout: float,
+        probe_timeout: float = 1.0,
+        control_timeout: float = 10.0,
+        proc: Path = PROC,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.socket = socket
+        self.pid_file = pid_file
+        self.restarts_dir = restarts_dir
+        self.control = control
+        self.restart_timeout = restart_timeout
+        self.probe_timeout = probe_timeout
+        self.control_timeout = control_timeout
+        self._proc = proc
+        self.recorder: Recorder = recorder or _NoRecorder()
+
+    # --- who and whether -----------------------------------------------------------------
+
+    def read_pid(self) -> int:
+        """weston's pid, checked to be a live weston of this pid namespace (WestonPidError)."""
+        return read_weston_pid(self.pid_file, proc=self._proc)
+
+    def pid(self) -> int | None:
+        """`read_pid`, or None when there is no weston to signal."""
+        try:
+            return self.read_pid()
+        except WestonPidError:
+            return None
+
+    def probe(self, timeout: float | None = None) -> ProbeResult:
+        """One Wayland round trip on the socket (`libdisplay.wayland.probe`)."""
+        return probe(self.socket, timeout=timeout or self.probe_timeout)
+
+    def answers(self) -> bool:
+        try:
+            return self.probe().state is Liveness.ANSWERING
+        except WaylandError:
+            return False
+
+    # --- outputs -------------------------------------------------------------------------
+
+    def outputs(self) -> tuple[OutputState, ...]:
+        """What each output runs at, as the layout module reports it (LayoutError when it
+        does not answer)."""
+        if self.control is None:
+            raise layout.LayoutConnectError(Path("(no control socket)"), 2)
+        with LayoutControl(self.control, timeout=self.control_timeout) as control:
+            return tuple(control.outputs())
+
+    def apply(self, wanted: Sequence[Wanted], *, why: str, connected: Iterable[str] = (),
+              config_changed: bool = True,
+              restart_reason: RestartReason | None = None) -> Outcome:
+        """Bring each wanted output to its settings, live where the module can; see the
+        module docstring. `connected` names the outputs that have a monitor (for the
+        metrics). A compositor that is not running is left alone: it reads weston.ini when
+        it starts. Without a layout module to ask, a restart follows only when
+        `config_changed` (weston.ini says something the running compositor was not told).
+        `restart_reason`, when given, is the reason a fallback restart is counted under."""
+        if self.pid() is None and not self.answers():
+            log.info("the compositor is not running: it reads weston.ini when it starts (%s)",
+                     why)
+            return Outcome()
+        try:
+            states = {s.name: s for s in self.outputs()}
+        except LayoutError as err:
+            # A stock shell has no control socket: no module, no live change, and no way to
+            # ask what runs; weston.ini is the only record of what it was told.
+            if not config_changed:
+                return Outcome()
+            return self._fallback(wanted, why=why, reason=restart_reason or "unsupported",
+                                  detail=f"the layout module does not answer ({err})",
+                                  connected=connected)
+        missing = [w.output for w in wanted if w.output not in states]
+        if missing:
+            return self._fallback(
+                wanted, why=why, reason=restart_reason or "new-connector", connected=connected,
+                detail=f"the compositor drives no output {', '.join(missing)}")
+        changed, failed = [], {}
+        for want in wanted:
+            fields = differs(want, states[want.output])
+            if not fields and not want.modeset:
+                continue
+            try:
+                states[want.output] = self._configure(want, fields, why=why)
+            except layout.LayoutUnsupported as err:
+                if not fields:
+                    # Only the re-plug's modeset was asked, which a backend without DPMS
+                    # cannot do; the output keeps running as it was, so no restart for it.
+                    log.info("output %s: no modeset after the re-plug: %s", want.output, err)
+                    continue
+                return self._fallback(wanted, why=why, reason=restart_reason or "unsupported",
+                                      detail=str(err), connected=connected)
+            except LayoutError as err:
+                log.error("output %s: cannot apply %s live (%s): %s", want.output,
+                          ", ".join(fields) or "a modeset", why, err)
+                self.recorder.output_reconfigured(want.output, "failed")
+                failed[want.output] = err
+                continue
+            changed.append(want.output)
+            self.recorder.output_reconfigured(want.output, "live")
+        self._record_states(states.values(), connected)
+        return Outcome(states=states, changed=tuple(changed), failed=failed)
+
+    def _configure(self, want: Wanted, fields: Sequence[str], *, why: str) -> OutputState:
+        assert self.control is not None  # outputs() answered through it
+        started = time.monotonic()
+        with LayoutControl(self.control, timeout=self.control_timeout) as control:
+            state = control.configure(
+                want.output,
+                mode=str(want.mode) if "mode" in fields and want.mode is not None else None,
+                transform=want.transform if "transform" in fields else None,
+                scale=want.scale if "scale" in fields else None,
+                modeset=want.modeset)
+        log.info("output %s now %s %s scale %d, live in %.0f ms (%s)", want.output,
+                 mode_text(state), state.transform, state.scale,
+                 (time.monotonic() - started) * 1000, why)
+        return state
+
+    def _fallback(self, wanted: Sequence[Wanted], *, why: str, reason: RestartReason,
+                  detail: str, connected: Iterable[str]) -> Outcome:
+        """The restart that applies what cannot be applied live: weston reads the weston.ini
+        the caller wrote. Only when something differs: an output that runs as wanted needs
+        no restart whatever the backend can do."""
+        try:
+            states = {s.name: s for s in self.outputs()}
+        except LayoutError:
+            states = {}
+        pending = [w.output for w in wanted
+                   if w.output not in states or differs(w, states[w.output]) or w.modeset]
+        if states and not pending:
+            return Outcome(states=states)
+        log.warning("restarting the compositor (%s): %s; %s", reason, detail, why)
+        self.restart(reason, f"{why}: {detail}")
+        for output in pending:
+            self.recorder.output_reconfigured(output, "fallback")
+        try:
+            after = {s.name: s for s in self.outputs()}
+        except LayoutError:
+            after = {}
+        self._record_states(after.values(), connected)
+        return Outcome(states=after, restarted=reason, changed=tuple(pending))
+
+    def _record_states(self, states: Iterable[OutputState], connected: Iterable[str]) -> None:
+        plugged = set(connected)
+        for state in states:
+            try:
+                self.recorder.set_output_state(
+                    state.name, connected=state.name in plugged or not plugged,
+                    mode=mode_text(state), transform=state.transform, scale=state.scale)
+            except ValueError as err:  # a label the metric refuses is no reason to fail a claim
+                log.warning("output %s: state not recorded: %s", state.name, err)
+
+    # --- restart -------------------------------------------------------------------------
+
+    def restart(self, reason: RestartReason, detail: str, *,
+                moved: Callable[[], bool] | None = None,
+                on_signalled: Callable[[], None] | None = None) -> bool:
+        """Order weston's restart, SIGTERM it and wait until a new weston answers, or until
+        `moved()` holds (the caller's sign the restart did its work, e.g. sysfs refreshed).
+        False when there was no weston to restart: it reads weston.ini when it starts.
+        `on_signalled` is called once weston was told (or there is none), before the wait.
+        CompositorTimeoutError when nothing answers within `restart_timeout`."""
+        try:
+            pid = self.read_pid()
+        except WestonPidError as err:
+            log.info("no compositor to restart (%s): %s", reason, err)
+            if on_signalled is not None:
+                on_signalled()
+            return False
+        order_restart(pid, reason=f"{reason}: {detail}", directory=self.restarts_dir)
+        self.recorder.compositor_restarted(reason)
+        with contextlib.suppress(ProcessLookupError):  # ended by itself: the order still holds
+            os.kill(pid, signal.SIGTERM)
+        if on_signalled is not None:
+            on_signalled()
+        log.info("sent SIGTERM to weston pid %s (%s: %s); waiting for the socket to answer",
+                 pid, reason, detail)
+        started = time.monotonic()
+        deadline = started + self.restart_timeout
+        while time.monotonic() < deadline:
+            if (moved is not None and moved()) or self._new_answers(pid):
+                log.info("compositor back %.3f s after the restart of pid %s",
+                         time.monotonic() - started, pid)
+                return True
+            time.sleep(POLL_S)
+        raise CompositorTimeoutError(
+            f"the compositor did not answer on {self.socket} within "
+            f"{self.restart_timeout:g} s after the restart of pid {pid} ({reason})")
+
+    def _new_answers(self, old: int) -> bool:
+        pid = self.pid()
+        return pid is not None and pid != old and self.answers()

@@ -1,0 +1,221 @@
+"""Compositor: live changes through the control socket, the restart only as the fallback.
+
+The layout module is played by a line server on a unix socket speaking its control protocol
+(`OUTPUTS`, `CONFIGURE`); weston by `sleep` exec'd through a symlink named `weston` (the kernel
+names a process after the file it exec'd), which takes the SIGTERM a restart sends and never
+comes back, so a restart's wait runs to its bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from draplugin.compositor import Compositor, CompositorTimeoutError, Wanted
+from libdisplay.modes import Mode
+from libdisplay.weston import read_restart_order
+
+WAIT_S = 10.0
+
+
+@dataclass
+class FakeModule:
+    """The control socket's answers: each output's state line, and what CONFIGURE answers."""
+
+    outputs: dict[str, str]
+    refuse: str | None = None  # an `ERR ...` line CONFIGURE answers with
+    requests: list[str] = field(default_factory=list)
+
+    def answer(self, line: str) -> list[str]:
+        self.requests.append(line)
+        if line == "OUTPUTS":
+            return [f"OK {len(self.outputs)}",
+                    *(f"{name} {state}" for name, state in self.outputs.items())]
+        words = line.split()
+        if words[0] == "CONFIGURE":
+            if self.refuse is not None:
+                return [self.refuse]
+            name, fields = words[1], dict(w.split("=", 1) for w in words[2:])
+            state = dict(w.split("=", 1) for w in self.outputs[name].split())
+            if "mode" in fields:
+                w, _, hz = fields["mode"].partition("@")
+                state["mode"] = f"{w}@{round(float(hz or 60) * 1000)}"
+            state.update({k: v for k, v in fields.items() if k in ("transform", "scale")})
+            self.outputs[name] = " ".join(f"{k}={v}" for k, v in state.items())
+            return [f"OK {name} {self.outputs[name]}"]
+        return ["ERR bad-request request unknown"]
+
+
+def _state(mode: str = "1920x1080@60000", transform: str = "normal", scale: int = 1) -> str:
+    return f"mode={mode} transform={transform} scale={scale} x=0 y=0 width=1920 height=1080"
+
+
+@contextlib.contextmanager
+def serving(path: Path, module: FakeModule) -> Iterator[FakeModule]:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(8)
+    server.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn, conn.makefile("rw", encoding="ascii", newline="\n") as stream:
+                stream.write("LAYOUT 1\n")
+                stream.flush()
+                for line in stream:
+                    stream.write("".join(f"{a}\n" for a in module.answer(line.strip())))
+                    stream.flush()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield module
+    finally:
+        stop.set()
+        thread.join(WAIT_S)
+        server.close()
+
+
+@dataclass
+class Recorded:
+    restarts: list[str] = field(default_factory=list)
+    reconfigures: list[tuple[str, str]] = field(default_factory=list)
+    states: dict[str, tuple[bool, str, str, int]] = field(default_factory=dict)
+
+    def compositor_restarted(self, reason: str) -> None:
+        self.restarts.append(reason)
+
+    def output_reconfigured(self, output: str, result: str) -> None:
+        self.reconfigures.append((output, result))
+
+    def set_output_state(self, output: str, *, connected: bool, mode: str, transform: str,
+                         scale: int) -> None:
+        self.states[output] = (connected, mode, transform, scale)
+
+
+@contextlib.contextmanager
+def stand_in_weston(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    link = tmp_path / "bin" / "weston"
+    link.parent.mkdir()
+    link.symlink_to(sleep)
+    child = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", str(link), "60"])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "weston":
+            assert time.monotonic() < deadline, "the stand-in never became weston"
+            time.sleep(0.01)
+        yield child
+    finally:
+        child.kill()
+        child.wait(timeout=WAIT_S)
+
+
+def compositor(tmp_path: Path, recorded: Recorded, *, timeout: float = 0.3) -> Compositor:
+    return Compositor(socket=tmp_path / "wayland-0", pid_file=tmp_path / "weston.pid",
+                      restarts_dir=tmp_path / "restarts", control=tmp_path / "layout.sock",
+                      restart_timeout=timeout, recorder=recorded)
+
+
+def test_a_change_is_applied_live_and_only_what_differs(tmp_path: Path) -> None:
+    recorded = Recorded()
+    module = FakeModule({"HDMI-A-1": _state(), "DP-1": _state()})
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        outcome = compositor(tmp_path, recorded).apply(
+            [Wanted("HDMI-A-1", Mode(1280, 720, 60000), "rotate-90", 2), Wanted("DP-1")],
+            why="test", connected=["HDMI-A-1", "DP-1"])
+        assert weston.poll() is None
+    assert module.requests == [
+        "OUTPUTS", "CONFIGURE HDMI-A-1 mode=1280x720@60 transform=rotate-90 scale=2"]
+    assert outcome.restarted is None and outcome.changed == ("HDMI-A-1",)
+    state = outcome.states["HDMI-A-1"]
+    assert (state.width, state.height, state.transform, state.scale) == (1280, 720,
+                                                                        "rotate-90", 2)
+    assert recorded.reconfigures == [("HDMI-A-1", "live")] and recorded.restarts == []
+    assert recorded.states["HDMI-A-1"] == (True, "1280x720@60", "rotate-90", 2)
+
+
+def test_a_replugged_output_gets_a_modeset_though_nothing_differs(tmp_path: Path) -> None:
+    module = FakeModule({"X1": _state()})
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        compositor(tmp_path, Recorded()).apply(
+            [Wanted("X1", Mode(1920, 1080, 60000), modeset=True)], why="plug")
+    assert module.requests == ["OUTPUTS", "CONFIGURE X1 modeset=1"]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "refuse", "reason"),
+    [({"HDMI-A-1": _state()}, "ERR unsupported mode the backend has no mode switch",
+      "unsupported"),
+     ({}, None, "new-connector")],
+    ids=["unsupported", "new-connector"])
+def test_the_restart_is_the_fallback_and_says_why(
+        tmp_path: Path, outputs: dict[str, str], refuse: str | None, reason: str) -> None:
+    recorded = Recorded()
+    module = FakeModule(dict(outputs), refuse=refuse)
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        # The stand-in does not come back: the wait runs to the restart timeout.
+        with pytest.raises(CompositorTimeoutError, match=reason):
+            compositor(tmp_path, recorded).apply(
+                [Wanted("HDMI-A-1", Mode(1280, 720, 60000))], why="claim k")
+        assert weston.wait(timeout=WAIT_S) == -signal.SIGTERM
+        order = read_restart_order(weston.pid, directory=tmp_path / "restarts")
+    assert order is not None and order.reason.startswith(f"{reason}: claim k")
+    assert recorded.restarts == [reason]
+
+
+def test_a_failed_change_is_counted_and_restarts_nothing(tmp_path: Path) -> None:
+    recorded = Recorded()
+    module = FakeModule({"X1": _state()},
+                        refuse="ERR bad-mode mode not offered: 1920x1080@60.000")
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        outcome = compositor(tmp_path, recorded).apply(
+            [Wanted("X1", Mode(800, 600, 60000))], why="spec")
+        assert weston.poll() is None
+    assert outcome.failed["X1"].field == "mode"  # type: ignore[attr-defined]
+    assert recorded.reconfigures == [("X1", "failed")] and recorded.restarts == []
+
+
+def test_without_a_module_only_an_unapplied_config_restarts(tmp_path: Path) -> None:
+    """A stock shell has no control socket: weston.ini is the one record of what it was
+    told, so an unchanged file restarts nothing."""
+    recorded = Recorded()
+    with stand_in_weston(tmp_path) as weston:
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        outcome = compositor(tmp_path, recorded).apply(
+            [Wanted("X1", Mode(800, 600, 60000))], why="t", config_changed=False)
+        assert outcome.restarted is None and weston.poll() is None
+        with pytest.raises(CompositorTimeoutError):
+            compositor(tmp_path, recorded).apply(
+                [Wanted("X1", Mode(800, 600, 60000))], why="t", config_changed=True,
+                restart_reason="start")
+    assert recorded.restarts == ["start"]
+
+
+def test_nothing_runs_nothing_restarts(tmp_path: Path) -> None:
+    (tmp_path / "weston.pid").write_text("999999999\n")  # beyond pid_max: no such process
+    recorded = Recorded()
+    c = compositor(tmp_path, recorded)
+    assert c.apply([Wanted("X1", Mode(800, 600, 60000))], why="t").restarted is None
+    assert c.restart("unsupported", "t") is False
+    assert not (tmp_path / "restarts").exists() and recorded.restarts == []

@@ -1,0 +1,146 @@
+"""The driver writes what a claim got into its ResourceClaim's status.devices, as the rendered
+base's ServiceAccount, through the fake's RBAC: allowed, nothing denied, other drivers' entries
+kept, and `kubectl get resourceclaim -o yaml` would show the entry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from draplugin import claimstatus
+from draplugin.claimstatus import AppliedOutput, ClaimKey, ClaimStatusWriter, DeviceStatus
+from fakekube import client as fakeclient
+from fakekube import testing
+from fakekube.server import FakeKube
+from tests.deploy.appliedbase import applied_base
+
+NODE = "kiosk-1"
+NAMESPACE = "tenant"
+CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+OTHER: dict[str, Any] = {"driver": "gpu.example.com", "pool": NODE, "device": "gpu0",
+         "conditions": [{"type": "Ready", "status": "True", "reason": "Configured",
+                         "message": "", "lastTransitionTime": "2026-11-30T06:00:00Z"}]}
+APPLIED = AppliedOutput(device="card0-hdmi-a-1", output="HDMI-A-1", mode="1280x720@60",
+                        transform="flipped-90", scale=2)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeKube]:
+    fake = applied_base()
+    try:
+        _admin(fake, "POST", "/api/v1/namespaces",
+               {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        yield fake
+    finally:
+        fake.stop()
+
+
+def _admin(fake: FakeKube, method: str, path: str, body: object) -> dict[str, Any]:
+    content = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    reply = testing.call(fake.url, method, path, body, token=fake.admin_token, ca=fake.ca_pem,
+                         content_type=content)
+    assert reply.code in (200, 201), reply.body
+    result: dict[str, Any] = reply.body
+    return result
+
+
+def _allocated_claim(fake: FakeKube, name: str) -> ClaimKey:
+    """A claim the scheduler allocated: our device and another driver's, whose status that
+    driver already wrote."""
+    created = _admin(fake, "POST", CLAIMS, testing.resource_claim(name, namespace=NAMESPACE))
+    results = [{"request": "screen", "driver": "display.liken.sh", "pool": NODE,
+                "device": "card0-hdmi-a-1"},
+               {"request": "screen", "driver": "gpu.example.com", "pool": NODE, "device": "gpu0"}]
+    _admin(fake, "PATCH", f"{CLAIMS}/{name}/status",
+           {"status": {"allocation": {"devices": {"results": results}}, "devices": [OTHER]}})
+    return ClaimKey(NAMESPACE, name, created["metadata"]["uid"])
+
+
+def _writer(fake: FakeKube) -> ClaimStatusWriter:
+    token = fake.service_account_token("display-operator", "display-operator")
+    client = fakeclient.sync_client(fake.url, token=token, ca=fake.ca_pem)
+    return ClaimStatusWriter(client, pool=NODE)
+
+
+def _devices(fake: FakeKube, name: str) -> list[dict[str, Any]]:
+    claim = _admin(fake, "GET", f"{CLAIMS}/{name}", None)
+    devices: list[dict[str, Any]] = claim["status"].get("devices") or []
+    return devices
+
+
+def _patches(fake: FakeKube, name: str) -> int:
+    return len([r for r in fake.request_log()
+                if r.method == "PATCH" and r.path == f"{CLAIMS}/{name}/status"])
+
+
+def test_the_service_account_writes_what_the_claim_got(fake: FakeKube) -> None:
+    claim = _allocated_claim(fake, "screen")
+    writer = _writer(fake)
+    denied_before = len(fake.denials())
+
+    assert writer.report(claim, [DeviceStatus.ready_with(APPLIED)]) == "updated"
+    other, ours = _devices(fake, "screen")
+    assert other == OTHER
+    assert {k: ours[k] for k in ("driver", "pool", "device")} == {
+        "driver": "display.liken.sh", "pool": NODE, "device": "card0-hdmi-a-1"}
+    assert ours["data"] == {"apiVersion": "display.liken.sh/v1alpha1", "kind": "AppliedOutput",
+                            "output": "HDMI-A-1", "mode": "1280x720@60",
+                            "transform": "flipped-rotate-90", "scale": 2}
+    (ready,) = ours["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "OutputApplied")
+    assert "1280x720@60" in ready["message"]
+
+    # The same again costs one read and no write.
+    writes = _patches(fake, "screen")
+    assert writer.report(claim, [DeviceStatus.ready_with(APPLIED)]) == "unchanged"
+    assert _patches(fake, "screen") == writes
+
+    assert writer.withdraw(claim) == "updated"
+    assert _devices(fake, "screen") == [OTHER]
+    assert len(fake.denials()) == denied_before
+
+
+def test_a_write_from_a_stale_read_reads_again_and_keeps_the_other_writer(
+    fake: FakeKube,
+) -> None:
+    claim = _allocated_claim(fake, "raced")
+    stale = _admin(fake, "GET", f"{CLAIMS}/raced", None)
+    changed = {**OTHER, "device": "gpu0", "conditions": [{**OTHER["conditions"][0],
+                                                         "message": "re-configured"}]}
+    _admin(fake, "PATCH", f"{CLAIMS}/raced/status", {"status": {"devices": [changed]}})
+
+    assert _writer(fake).report(claim, [DeviceStatus.ready_with(APPLIED)],
+                                stored=stale) == "updated"
+    other, ours = _devices(fake, "raced")
+    assert other == changed and ours["device"] == "card0-hdmi-a-1"
+    assert [r.status for r in fake.request_log()
+            if r.method == "PATCH" and r.path == f"{CLAIMS}/raced/status"][-2:] == [409, 200]
+
+
+def test_a_device_the_claim_was_not_allocated_here_is_refused_before_any_write(
+    fake: FakeKube,
+) -> None:
+    claim = _allocated_claim(fake, "elsewhere")
+    writes = _patches(fake, "elsewhere")
+    with pytest.raises(claimstatus.ClaimStatusError) as raised:
+        _writer(fake).report(claim, [DeviceStatus.ready_with(
+            AppliedOutput(device="card0-dp-1", output="DP-1", mode="1920x1080@60"))])
+    assert raised.value.field == "device"
+    assert _patches(fake, "elsewhere") == writes
+    assert _devices(fake, "elsewhere") == [OTHER]
+
+
+def test_a_claim_gone_or_recreated_is_left_alone(fake: FakeKube) -> None:
+    claim = _allocated_claim(fake, "again")
+    _admin(fake, "DELETE", f"{CLAIMS}/again", None)
+    recreated = _allocated_claim(fake, "again")
+    writer = _writer(fake)
+    assert writer.report(claim, [DeviceStatus.ready_with(APPLIED)]) == "missing"
+    assert _devices(fake, "again") == [OTHER]
+    assert writer.report(ClaimKey(NAMESPACE, "never", "u"),
+                         [DeviceStatus.ready_with(APPLIED)]) == "missing"
+    assert writer.report(recreated, [DeviceStatus.not_ready(
+        "card0-hdmi-a-1", "ModeNotOffered", "offered: 1920x1080@60")]) == "updated"
+    assert _devices(fake, "again")[1]["conditions"][0]["status"] == "False"
