@@ -38,7 +38,11 @@ def capture_command() -> None:
         settings = from_env()
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from exc
-    asyncio.run(serve_forever(settings))
+    try:
+        asyncio.run(serve_forever(settings))
+    except ExceptionGroup:
+        # The failed task has logged why; exiting non-zero has the kubelet restart us.
+        sys.exit(1)
 
 
 @cli.command("outputs")
