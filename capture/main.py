@@ -3,12 +3,14 @@
 `capture capture` is the container's main mode (settings from the environment, see
 `capture/settings.py`). `outputs` and `shoot` are read-only diagnosis commands that talk to the
 layout module's capture socket directly, with no server, TLS or apiserver in the way.
+
+Each command imports what it uses when it runs, so `--help` loads only click and the shared
+command-line helpers (pathlib alone would bring urllib and ipaddress).
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -38,18 +40,23 @@ def capture_command() -> None:
         settings = from_env()
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from exc
-    asyncio.run(serve_forever(settings))
+    try:
+        asyncio.run(serve_forever(settings))
+    except ExceptionGroup:
+        # The failed task has logged why; exiting non-zero has the kubelet restart us.
+        sys.exit(1)
 
 
 @cli.command("outputs")
-@click.option("--weston-ini", type=click.Path(path_type=Path), default=_DEFAULT_INI,
+@click.option("--weston-ini", type=click.Path(dir_okay=False), default=_DEFAULT_INI,
               show_default=True, help="weston.ini whose [output] sections name the outputs.")
-def outputs_command(weston_ini: Path) -> None:
+def outputs_command(weston_ini: str) -> None:
     """List the outputs weston.ini names, one a line."""
     from libdisplay.weston import WestonIni, WestonIniError
 
     try:
-        ini = WestonIni.parse(weston_ini.read_text())
+        with open(weston_ini, encoding="utf-8") as file:
+            ini = WestonIni.parse(file.read())
     except (OSError, WestonIniError) as exc:
         raise click.ClickException(f"cannot read {weston_ini}: {exc}") from exc
     for output in ini.outputs:
@@ -58,10 +65,10 @@ def outputs_command(weston_ini: Path) -> None:
 
 @cli.command("shoot")
 @click.argument("output")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--socket", "socket_path", type=click.Path(path_type=Path),
-              default=_DEFAULT_SOCKET, show_default=True, help="The layout capture socket.")
-def shoot_command(output: str, file: Path, socket_path: Path) -> None:
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--socket", "socket_path", type=click.Path(), default=_DEFAULT_SOCKET,
+              show_default=True, help="The layout capture socket.")
+def shoot_command(output: str, file: str, socket_path: str) -> None:
     """Write one PNG of OUTPUT to FILE, straight from the capture socket."""
     from capture.png import encode_png
     from libdisplay import fsutil

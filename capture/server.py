@@ -32,7 +32,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+)
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -198,7 +205,22 @@ class State:
         ), metrics)
         self.choice: asyncio.Future[EncoderChoice] = asyncio.get_running_loop().create_future()
         self.frames_failure: str | None = None
+        self.background: asyncio.TaskGroup | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         metrics.max_encodes.set(settings.max_encodes)
+
+    def start_background(self, what: str, work: Coroutine[object, object, None]) -> None:
+        """Run `work` in the server's task group: should it fail, the server stops (and its
+        container restarts) rather than leave requests waiting on what it would have done."""
+        assert self.background is not None, "start_background outside serving()"
+        task = self.background.create_task(_failure_stops_the_server(what, work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stop_background(self) -> None:
+        """Cancel the background tasks, so their group can end."""
+        for task in self._tasks:
+            task.cancel()
 
     def set_choice(self, choice: EncoderChoice) -> None:
         if self.choice.done():
@@ -463,7 +485,8 @@ class _ClipRun:
                 failure = f"ffmpeg rc={proc.returncode}: {encode.last_line(stderr)}"
                 log.error("clip of %s failed: %s", self.output.name, failure)
                 if self.choice.encoder == "vaapi":
-                    asyncio.get_running_loop().create_task(self.state.reprobe(failure))
+                    self.state.start_background("probing VA-API again",
+                                                self.state.reprobe(failure))
         if result == "ok":
             await response.write_eof()
         return response
@@ -565,9 +588,19 @@ async def _probe(state: State) -> None:
     state.set_choice(await encode.probe(render_node))
 
 
+async def _failure_stops_the_server(what: str, work: Coroutine[object, object, None]) -> None:
+    try:
+        await work
+    except Exception:
+        log.critical("%s failed: the server stops", what, exc_info=True)
+        raise
+
+
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
-    """Serve until the block ends; yields the bound (host, port)."""
+    """Serve until the block ends; yields the bound (host, port). The server's background
+    tasks share one task group: when one fails the block is cancelled and this raises the
+    failure (an ExceptionGroup), so nothing waits forever on a task that died."""
     certs = Certificates(settings.tls_dir)
     reviews = HttpReviews(settings.kube_url, kubeconfig=settings.kubeconfig)
     state = State(settings, reviews, Metrics())
@@ -576,24 +609,26 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[str, int]]:
     # within it.
     runner = web.AppRunner(make_app(state, certs), handle_signals=False, access_log=None,
                            keepalive_timeout=settings.idle_timeout_s)
-    tasks: list[asyncio.Task[None]] = []
     try:
         await runner.setup()
         sock = _listening_socket(settings.host, settings.port)
         host, port = sock.getsockname()[:2]
         assert runner.server is not None  # made by setup()
         listener = Listener(sock, runner.server, certs.listener, state.connections)
-        tasks.append(asyncio.create_task(listener.serve()))
-        log.info("listening on https://%s:%d", host, port)
-        tasks.append(asyncio.create_task(
-            _watch_certificates(certs, state.metrics, settings.tls_poll_s)
-        ))
-        tasks.append(asyncio.create_task(_probe(state)))
-        yield host, port
+        async with asyncio.TaskGroup() as group:
+            state.background = group
+            state.start_background("accepting connections", listener.serve())
+            log.info("listening on https://%s:%d", host, port)
+            state.start_background("watching the mounted certificate", _watch_certificates(
+                certs, state.metrics, settings.tls_poll_s
+            ))
+            state.start_background("choosing the clip encoder", _probe(state))
+            try:
+                yield host, port
+            finally:
+                state.stop_background()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        state.background = None
         await runner.cleanup()
         await reviews.close()
         certs.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import ssl
 import subprocess
 import tempfile
@@ -24,6 +25,9 @@ from capture.main import cli
 from capture.testing import Compositor, Server
 from fakekube.server import FakeKube
 from libdisplay import fsutil
+from libdisplay.layout import LayoutControl
+from tests.support import layout as layout_client
+from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
 
 RED = (255, 0, 0)
@@ -93,6 +97,18 @@ def ffprobe(data: bytes) -> dict[str, object]:
         )
     stream: dict[str, object] = json.loads(result.stdout)["streams"][0]
     return stream
+
+
+def rgb24(data: bytes, suffix: str) -> bytes:
+    """The first frame of a PNG or MP4 as packed RGB bytes, decoded by ffmpeg."""
+    with tempfile.NamedTemporaryFile(suffix=suffix) as file:
+        file.write(data)
+        file.flush()
+        return subprocess.run(
+            ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", file.name, "-frames:v", "1",
+             "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
+            capture_output=True, check=True, timeout=60,
+        ).stdout
 
 
 # ---------- serving, health, metrics ----------
@@ -464,3 +480,64 @@ def test_4k_output_comes_at_1080p_and_each_clip_holds_one_slot(
                 "height": 1080,
                 "nb_read_frames": "90",
             }
+
+
+class CornerClient(SolidClient):
+    """A fullscreen client of `colour` with a blue top-left quarter: no turn or mirror of the
+    screen maps it onto itself."""
+
+    def _buffer(self, width: int, height: int) -> int:
+        red, green, blue = self.colour
+        row = (bytes((255, 0, 0, 255)) * (width // 2)
+               + bytes((blue, green, red, 255)) * (width - width // 2))
+        rest = bytes((blue, green, red, 255)) * width
+        pixels = row * (height // 2) + rest * (height - height // 2)
+        stride = width * 4
+        fd = os.memfd_create("corner", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, len(pixels))
+            os.pwrite(fd, pixels, 0)
+            pool = self._new()
+            self._send(self._ids["shm"], layout_client._SHM_CREATE_POOL, pool, len(pixels), fd=fd)
+        finally:
+            os.close(fd)
+        buffer = self._new()
+        self._send(pool, layout_client._POOL_CREATE_BUFFER, buffer, 0, width, height, stride,
+                   layout_client._XRGB8888)
+        return buffer
+
+
+def test_a_clip_frame_is_the_still_within_the_encoder_s_error(
+    tmp_path: Path, kube: FakeKube
+) -> None:
+    # A 4K output (frames come box-filtered to 1080p), red with a blue top-left quarter: a
+    # clip frame turned, mirrored or scaled otherwise than the still differs from it over a
+    # quarter of the screen, far beyond x264's error.
+    layout_so = build_layout(tmp_path)
+    with (
+        testing.compositor(layout_so, [(3840, 2160)]) as comp4k,
+        testing.server(comp4k, kube_url=kube.url, devices=DEVICES) as server,
+    ):
+        path = comp4k.sockets / "corner.sock"
+        with LayoutControl(comp4k.control) as control:
+            control.create_claim_socket(path, "X1", "claim-corner")
+        with CornerClient(path, colour=RED) as client:
+            assert client.shown.wait(WAIT_S)
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                status, _, png = server.get("/api/v1/outputs/X1/still.png", token="alice-token")
+                assert status == 200
+                if testing.png_rgb(png, 1900, 1000)[1] == RED:
+                    break
+                assert time.monotonic() < deadline, "the client never filled the screen"
+            status, _, mp4 = server.get("/api/v1/outputs/X1/clip.mp4?seconds=1",
+                                        token="alice-token")
+            assert status == 200, mp4[:200]
+    still, frame = rgb24(png, ".png"), rgb24(mp4, ".mp4")
+    assert len(still) == len(frame) == 1920 * 1080 * 3
+    assert testing.png_rgb(png, 10, 10)[1] == (0, 0, 255)
+    differences = [abs(a - b) for a, b in zip(still[::7], frame[::7], strict=True)]
+    # x264 ultrafast at its default quality: a few levels on flat colour, more only where
+    # 4:2:0 chroma straddles the quarter's two edges.
+    assert sum(differences) / len(differences) < 2.0
+    assert sum(d > 48 for d in differences) < len(differences) // 200

@@ -220,6 +220,36 @@ def _listening_port(log_path: Path) -> int | None:
     return int(match.group(2)) if match else None
 
 
+def server_env(
+    comp: Screens,
+    *,
+    kube_url: str,
+    tls_dir: Path,
+    node: str = "node-a",
+    devices: str = "",
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The server's environment against this compositor and apiserver."""
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "PYTHONPATH": os.fspath(REPO),
+        "NODE_NAME": node,
+        "CAPTURE_ADDR": "127.0.0.1:0",
+        "CAPTURE_WESTON_INI": os.fspath(comp.ini),
+        "CAPTURE_SOCKET": os.fspath(comp.capture),
+        "CAPTURE_TLS_DIR": os.fspath(tls_dir),
+        "CAPTURE_DEVICES": devices,
+        "CAPTURE_KUBE_URL": kube_url,
+        # No /dev/dri here: ffmpeg's VA-API device creation fails, as on a node whose
+        # driver cannot encode.
+        "CAPTURE_RENDER_NODE": "/dev/dri/renderD128",
+        **(extra_env or {}),
+    }
+
+
+SERVER_ARGV = (sys.executable, "-m", "capture.main", "capture")
+
+
 @contextlib.contextmanager
 def server(
     comp: Screens,
@@ -233,24 +263,11 @@ def server(
     with tempfile.TemporaryDirectory(prefix="capture-srv-") as tmp:
         tls_dir = Path(tmp) / "tls"
         tls_dir.mkdir()
-        env = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "PYTHONPATH": os.fspath(REPO),
-            "NODE_NAME": node,
-            "CAPTURE_ADDR": "127.0.0.1:0",
-            "CAPTURE_WESTON_INI": os.fspath(comp.ini),
-            "CAPTURE_SOCKET": os.fspath(comp.capture),
-            "CAPTURE_TLS_DIR": os.fspath(tls_dir),
-            "CAPTURE_DEVICES": devices,
-            "CAPTURE_KUBE_URL": kube_url,
-            # No /dev/dri here: ffmpeg's VA-API device creation fails, as on a node whose
-            # driver cannot encode.
-            "CAPTURE_RENDER_NODE": "/dev/dri/renderD128",
-            **(extra_env or {}),
-        }
+        env = server_env(comp, kube_url=kube_url, tls_dir=tls_dir, node=node, devices=devices,
+                         extra_env=extra_env)
         log_path = Path(tmp) / "capture.log"
         with running(
-            [sys.executable, "-m", "capture.main", "capture"],
+            SERVER_ARGV,
             log_path=log_path,
             env=env,
             cwd=REPO,

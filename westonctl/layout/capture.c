@@ -20,17 +20,29 @@
  * never waits. Up to 16 requests may be outstanding, for one output and one bound at a
  * time.
  *
+ * A frame is upright, as a person before the monitor sees it: the framebuffer of an output
+ * with a transform (weston.ini `transform=rotate-90`, say) is turned back by its inverse, so
+ * a rotate-90 output of mode 1920x1080 gives 1080x1920 frames.
+ *
  * The optional bound (each side 16..16384, decimal without sign or leading zero) asks for
  * a frame no larger than it: the module picks the smallest integer factor f >= 1 with
  * ceil(w/f) <= max-width and ceil(h/f) <= max-height and sends a ceil(w/f) x ceil(h/f)
  * frame (the header gives that size and its stride), each pixel the mean of its f x f block,
  * byte by byte, rounded half up. The last column and row of blocks may be cut by the edge
  * of the output: they average the pixels they have (ceil, so no pixel is dropped). Blocks
- * are anchored at the image's top-left corner. A frame that already fits is sent as
- * captured. The filter runs in weston's thread, in one pass over the captured frame.
+ * are anchored at the upright image's top-left corner. A frame that already fits is sent as
+ * captured.
+ *
+ * Weston's thread only asks for captures and sends frames: each output has two capture
+ * buffers, and a worker thread turns a captured one into the frames its connections asked
+ * for (one pass over it, boxfilter.c) while weston may capture into the other.
  */
 
 #define _GNU_SOURCE
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 
 #include "layout.h"
 #include "weston-output-capture-client-protocol.h"
@@ -131,169 +143,6 @@ capture_line(struct conn *conn, char *line)
 	return true;
 }
 
-/* The smallest f >= 1 with ceil(width/f) <= max_width and ceil(height/f) <= max_height. */
-static int32_t
-downscale_factor(int32_t width, int32_t height, int32_t max_width, int32_t max_height)
-{
-	int32_t fx, fy;
-
-	if (max_width == 0)
-		return 1;
-	fx = (width + max_width - 1) / max_width;
-	fy = (height + max_height - 1) / max_height;
-	if (fx < fy)
-		fx = fy;
-	return fx > 1 ? fx : 1;
-}
-
-/* m with (n * m) >> RECIP_SHIFT == n / count for every n < 256 * count (see FACTOR_MAX). */
-static inline uint64_t
-reciprocal(uint32_t count)
-{
-	return (((uint64_t)1 << RECIP_SHIFT) + count - 1) / count;
-}
-
-/*
- * Writes `count` pixels to `out`, each the rounded mean, byte by byte, of a block of
- * block_width x block_height pixels; the blocks sit side by side from `in`, whose rows are
- * `stride` bytes apart.
- */
-static void
-box_blocks(uint8_t *out, const uint8_t *in, size_t stride, int32_t count,
-	   int32_t block_width, int32_t block_height)
-{
-	const uint32_t half = (uint32_t)(block_width * block_height) / 2;
-	const uint64_t m = reciprocal((uint32_t)(block_width * block_height));
-	int32_t i, y, x;
-
-	for (i = 0; i < count; i++, in += (size_t)block_width * 4, out += 4) {
-		uint32_t b0 = half, b1 = half, b2 = half, b3 = half;
-		const uint8_t *line = in;
-
-		for (y = 0; y < block_height; y++, line += stride) {
-			for (x = 0; x < block_width * 4; x += 4) {
-				b0 += line[x];
-				b1 += line[x + 1];
-				b2 += line[x + 2];
-				b3 += line[x + 3];
-			}
-		}
-		out[0] = (uint8_t)((b0 * m) >> RECIP_SHIFT);
-		out[1] = (uint8_t)((b1 * m) >> RECIP_SHIFT);
-		out[2] = (uint8_t)((b2 * m) >> RECIP_SHIFT);
-		out[3] = (uint8_t)((b3 * m) >> RECIP_SHIFT);
-	}
-}
-
-typedef uint8_t bytes16 __attribute__((vector_size(16)));
-typedef uint16_t words8 __attribute__((vector_size(16)));
-typedef uint16_t words16 __attribute__((vector_size(32)));
-
-/*
- * box_blocks for 2 x 2 blocks (4K to 1080p, 1440p to 720p), three times faster with the
- * compiler's portable vectors (SSE2 or NEON): four output pixels a step, from eight source
- * pixels of each of the two rows widened to 16 bits (four bytes sum to at most 1020).
- */
-static void
-box_blocks_2x2(uint8_t *out, const uint8_t *in, size_t stride, int32_t count)
-{
-	int32_t i;
-
-	for (i = 0; i + 4 <= count; i += 4, in += 32, out += 16) {
-		bytes16 top[2], bottom[2], mean;
-		words16 sums[2];
-		words8 left[2], right[2];
-		int k;
-
-		memcpy(top, in, 32);
-		memcpy(bottom, in + stride, 32);
-		for (k = 0; k < 2; k++) {
-			sums[k] = __builtin_convertvector(top[k], words16) +
-				  __builtin_convertvector(bottom[k], words16);
-			/* Each 16-lane sum holds four pixels: add pixels 0 and 1, 2 and 3. */
-			left[k] = __builtin_shufflevector(sums[k], sums[k], 0, 1, 2, 3, 8, 9, 10, 11);
-			right[k] = __builtin_shufflevector(sums[k], sums[k], 4, 5, 6, 7, 12, 13, 14, 15);
-			left[k] = (left[k] + right[k] + 2) >> 2;
-		}
-		mean = __builtin_convertvector(__builtin_shufflevector(left[0], left[1], 0, 1, 2, 3, 4,
-								       5, 6, 7, 8, 9, 10, 11, 12,
-								       13, 14, 15),
-					       bytes16);
-		memcpy(out, &mean, 16);
-	}
-	box_blocks(out, in, stride, count - i, 2, 2);
-}
-
-/* One output row from block_height source rows at `in`: full blocks, then the last one,
- * which the right edge may cut. */
-static void
-box_row(uint8_t *out, const uint8_t *in, int32_t width, int32_t factor, int32_t block_height)
-{
-	const size_t stride = (size_t)width * 4;
-	const int32_t full = width / factor;
-	const int32_t rest = width - full * factor;
-
-	if (factor == 2 && block_height == 2)
-		box_blocks_2x2(out, in, stride, full);
-	else
-		box_blocks(out, in, stride, full, factor, block_height);
-	if (rest)
-		box_blocks(out + (size_t)full * 4, in + (size_t)full * factor * 4, stride, 1, rest,
-			   block_height);
-}
-
-/* Writes the frame `in` (width x height packed pixels, top row first) box-filtered by
- * `factor` to `out`: ceil(width/factor) x ceil(height/factor) packed pixels. */
-static void
-downscale(uint8_t *out, const uint8_t *in, int32_t width, int32_t height, int32_t factor)
-{
-	const size_t stride = (size_t)width * 4;
-	const size_t out_stride = (size_t)((width + factor - 1) / factor) * 4;
-	const int32_t out_height = (height + factor - 1) / factor;
-	const int32_t last_height = height - (out_height - 1) * factor;
-	int32_t j;
-
-	for (j = 0; j < out_height; j++)
-		box_row(out + (size_t)j * out_stride, in + (size_t)j * (size_t)factor * stride,
-			width, factor, j == out_height - 1 ? last_height : factor);
-}
-
-/* Queues the frame `co` holds for `conn`, at its bound; false when the connection must go. */
-static bool
-capture_frame(struct conn *conn, struct capture_output *co)
-{
-	const char *name = format_name(co->buffer_format);
-	const int32_t full_width = co->buffer_width;
-	const int32_t full_height = co->buffer_height;
-	int32_t factor = downscale_factor(full_width, full_height, conn->max_width,
-					  conn->max_height);
-	int32_t width = (full_width + factor - 1) / factor;
-	int32_t height = (full_height + factor - 1) / factor;
-	size_t stride = (size_t)width * 4;
-	size_t size = stride * (size_t)height;
-	uint8_t *pixels;
-
-	conn->pending--;
-	if (factor > FACTOR_MAX)
-		return conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", full_width,
-				   full_height, conn->max_width, conn->max_height);
-	pixels = malloc(size);
-	if (!pixels)
-		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
-	if (factor == 1)
-		memcpy(pixels, co->pixels, size);
-	else
-		downscale(pixels, co->pixels, full_width, full_height, factor);
-	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride, name, size)) {
-		free(pixels);
-		return false;
-	}
-	if (!conn_enqueue(conn, (char *)pixels, size, true))
-		return false;
-	conn->frame_in_flight = true;
-	return true;
-}
-
 /* Fails every outstanding request for `output_name`: output-gone when the compositor no
  * longer has that output, else io with `text`. */
 static void
@@ -341,21 +190,22 @@ find_capture_output(struct capturer *capturer, const char *name)
 }
 
 static void
-capture_buffer_free(struct capture_output *co)
+capture_buffer_free(struct capture_buffer *buf)
 {
-	if (co->buffer)
-		wl_buffer_destroy(co->buffer);
-	if (co->pixels)
-		munmap(co->pixels, co->size);
-	co->buffer = NULL;
-	co->pixels = NULL;
-	co->size = 0;
+	if (buf->buffer)
+		wl_buffer_destroy(buf->buffer);
+	if (buf->pixels)
+		munmap(buf->pixels, buf->size);
+	buf->buffer = NULL;
+	buf->pixels = NULL;
+	buf->size = 0;
 }
 
-/* A shm buffer of the size and format weston announced for the source (1 x 1 XRGB8888
- * before it announced any: the capture then fails or asks to retry); false on failure. */
+/* `buf` as a shm buffer of the size and format weston announced for the source (1 x 1
+ * XRGB8888 before it announced any: the capture then fails or asks to retry); false on
+ * failure. */
 static bool
-capture_buffer_alloc(struct capture_output *co)
+capture_buffer_alloc(struct capture_output *co, struct capture_buffer *buf)
 {
 	const int32_t width = co->width > 0 ? co->width : 1;
 	const int32_t height = co->height > 0 ? co->height : 1;
@@ -366,10 +216,9 @@ capture_buffer_alloc(struct capture_output *co)
 	void *pixels;
 	int fd;
 
-	if (co->buffer && co->buffer_width == width && co->buffer_height == height &&
-	    co->buffer_format == format)
+	if (buf->buffer && buf->width == width && buf->height == height && buf->format == format)
 		return true;
-	capture_buffer_free(co);
+	capture_buffer_free(buf);
 	if (size > INT32_MAX)
 		return false;
 	fd = memfd_create("layout-capture", MFD_CLOEXEC);
@@ -392,41 +241,375 @@ capture_buffer_alloc(struct capture_output *co)
 	else
 		shm_format = format;
 	pool = wl_shm_create_pool(co->capturer->shm, fd, (int32_t)size);
-	co->buffer = wl_shm_pool_create_buffer(pool, 0, width, height, width * 4, shm_format);
+	buf->buffer = wl_shm_pool_create_buffer(pool, 0, width, height, width * 4, shm_format);
 	wl_shm_pool_destroy(pool);
 	close(fd);
-	co->pixels = pixels;
-	co->size = size;
-	co->buffer_width = width;
-	co->buffer_height = height;
-	co->buffer_format = format;
+	buf->pixels = pixels;
+	buf->size = size;
+	buf->width = width;
+	buf->height = height;
+	buf->format = format;
 	return true;
 }
 
-/* With no capture connection left the shm buffers go (a 4K output's holds 33 MB); the
- * next request allocates one again. */
+/* With no capture connection left the free shm buffers go (a 4K output's hold 33 MB each);
+ * the next request allocates them again. */
 void
 capturer_release_idle(struct layout *layout)
 {
 	struct capture_output *co;
+	int i;
 
 	if (!wl_list_empty(&layout->capture.conns))
 		return;
 	wl_list_for_each(co, &layout->capturer.outputs, link) {
-		if (!co->busy)
-			capture_buffer_free(co);
+		for (i = 0; i < 2; i++) {
+			if (co->buffers[i].state == BUFFER_FREE)
+				capture_buffer_free(&co->buffers[i]);
+		}
 	}
 	capturer_flush(&layout->capturer);
 }
 
-/* Starts a capture of `output_name` when a connection waits for one and none is running. */
+/* ---------- the worker ---------- */
+
+static void
+job_free(struct capture_job *job)
+{
+	int k;
+
+	for (k = 0; k < job->count; k++)
+		free(job->frame[k]);
+	free(job);
+}
+
+/* The frames of `job`, one per factor: the worker's part, which touches no compositor
+ * state. */
+static void
+job_run(struct capture_job *job)
+{
+	int k;
+
+	for (k = 0; k < job->count; k++) {
+		const int32_t f = job->factor[k];
+		const size_t size = (size_t)((job->view.width + f - 1) / f) * 4 *
+				    (size_t)((job->view.height + f - 1) / f);
+
+		job->frame[k] = malloc(size);
+		if (job->frame[k])
+			box_downscale(job->frame[k], &job->view, f);
+	}
+}
+
+static void
+job_append(struct capture_job **list, struct capture_job *job)
+{
+	job->next = NULL;
+	while (*list)
+		list = &(*list)->next;
+	*list = job;
+}
+
+static void *
+worker_main(void *data)
+{
+	struct capture_worker *worker = data;
+	struct capture_job *job;
+	const uint64_t one = 1;
+	ssize_t ignored;
+
+	pthread_mutex_lock(&worker->lock);
+	while (!worker->quit) {
+		if (!worker->todo) {
+			pthread_cond_wait(&worker->wake, &worker->lock);
+			continue;
+		}
+		job = worker->todo;
+		worker->todo = job->next;
+		pthread_mutex_unlock(&worker->lock);
+		job_run(job);
+		pthread_mutex_lock(&worker->lock);
+		job_append(&worker->done, job);
+		/* A counter: a failed write means it is already non-zero. */
+		ignored = write(worker->event_fd, &one, sizeof one);
+		(void)ignored;
+	}
+	pthread_mutex_unlock(&worker->lock);
+	return NULL;
+}
+
+static void job_deliver(struct capturer *capturer, struct capture_job *job);
+static void capture_output_free(struct capture_output *co);
+
+static int
+worker_event(int fd, uint32_t mask, void *data)
+{
+	struct capturer *capturer = data;
+	struct capture_worker *worker = &capturer->worker;
+	struct capture_job *job, *done;
+	uint64_t count;
+	ssize_t ignored;
+
+	(void)mask;
+	ignored = read(fd, &count, sizeof count);
+	(void)ignored;
+	pthread_mutex_lock(&worker->lock);
+	done = worker->done;
+	worker->done = NULL;
+	pthread_mutex_unlock(&worker->lock);
+	while ((job = done)) {
+		done = job->next;
+		job_deliver(capturer, job);
+	}
+	return 0;
+}
+
+/* Starts the worker thread, with every signal blocked in it: weston takes its signals
+ * through signalfd in its own thread. */
+static bool
+worker_start(struct capturer *capturer)
+{
+	struct capture_worker *worker = &capturer->worker;
+	struct wl_event_loop *loop =
+		wl_display_get_event_loop(capturer->layout->compositor->wl_display);
+	sigset_t all, old;
+	int err;
+
+	worker->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (worker->event_fd < 0)
+		return false;
+	worker->source = wl_event_loop_add_fd(loop, worker->event_fd, WL_EVENT_READABLE,
+					      worker_event, capturer);
+	if (!worker->source) {
+		close(worker->event_fd);
+		return false;
+	}
+	pthread_mutex_init(&worker->lock, NULL);
+	pthread_cond_init(&worker->wake, NULL);
+	worker->quit = false;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&worker->thread, NULL, worker_main, worker);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		weston_log("layout: capture worker: %s; frames are made in weston's thread\n",
+			   strerror(err));
+		wl_event_source_remove(worker->source);
+		close(worker->event_fd);
+		pthread_mutex_destroy(&worker->lock);
+		pthread_cond_destroy(&worker->wake);
+		return false;
+	}
+	worker->started = true;
+	return true;
+}
+
+/* Drops `job` undelivered: the capture client is going. */
+static void
+job_discard(struct capture_job *job)
+{
+	struct capture_output *co = job->output;
+
+	job->buffer->state = BUFFER_FREE;
+	if (--co->jobs == 0 && co->gone)
+		capture_output_free(co);
+	job_free(job);
+}
+
+/* Joins the worker and drops every job it had. */
+static void
+worker_stop(struct capturer *capturer)
+{
+	struct capture_worker *worker = &capturer->worker;
+	struct capture_job *job;
+
+	if (!worker->started)
+		return;
+	pthread_mutex_lock(&worker->lock);
+	worker->quit = true;
+	pthread_cond_signal(&worker->wake);
+	pthread_mutex_unlock(&worker->lock);
+	pthread_join(worker->thread, NULL);
+	wl_event_source_remove(worker->source);
+	close(worker->event_fd);
+	pthread_mutex_destroy(&worker->lock);
+	pthread_cond_destroy(&worker->wake);
+	while ((job = worker->todo)) {
+		worker->todo = job->next;
+		job_discard(job);
+	}
+	while ((job = worker->done)) {
+		worker->done = job->next;
+		job_discard(job);
+	}
+	worker->started = false;
+}
+
+/* Hands `job` to the worker, or runs it here when no worker can run. */
+static void
+worker_submit(struct capturer *capturer, struct capture_job *job)
+{
+	struct capture_worker *worker = &capturer->worker;
+
+	if (!worker->started && !worker_start(capturer)) {
+		job_run(job);
+		job_deliver(capturer, job);
+		return;
+	}
+	pthread_mutex_lock(&worker->lock);
+	job_append(&worker->todo, job);
+	pthread_cond_signal(&worker->wake);
+	pthread_mutex_unlock(&worker->lock);
+}
+
+/* ---------- frames to connections ---------- */
+
+static bool
+waits_for(const struct conn *conn, const struct capture_output *co)
+{
+	return conn->pending > 0 && !conn->frame_in_flight && strcmp(conn->output, co->name) == 0;
+}
+
+/* The factor for `conn`'s bound on `view`; 0 when the view cannot fit it. */
+static int32_t
+conn_factor(const struct conn *conn, const struct box_view *view)
+{
+	int32_t factor = box_factor(view->width, view->height, conn->max_width, conn->max_height);
+
+	return factor <= FACTOR_MAX ? factor : 0;
+}
+
+/* The job for the buffer `buf` weston just filled: one frame for each factor the waiting
+ * connections need (up to JOB_FACTORS); NULL when none waits or out of memory. */
+static struct capture_job *
+job_create(struct capture_output *co, struct capture_buffer *buf)
+{
+	struct layout *layout = co->capturer->layout;
+	struct capture_job *job = calloc(1, sizeof *job);
+	struct conn *conn;
+	int32_t factor;
+	int k;
+
+	if (!job)
+		return NULL;
+	job->output = co;
+	job->buffer = buf;
+	job->view = box_view_upright(buf->pixels, buf->width, buf->height, (size_t)buf->width * 4,
+				     (uint32_t)co->transform);
+	wl_list_for_each(conn, &layout->capture.conns, link) {
+		if (!waits_for(conn, co) || !(factor = conn_factor(conn, &job->view)))
+			continue;
+		for (k = 0; k < job->count && job->factor[k] != factor; k++)
+			;
+		if (k == job->count && job->count < JOB_FACTORS)
+			job->factor[job->count++] = factor;
+	}
+	if (job->count == 0) {
+		free(job);
+		return NULL;
+	}
+	return job;
+}
+
+/* Queues a frame of `job` for `conn` (frame k; the job's own copy when `last` says no
+ * other connection needs it, else a copy); false when the connection must go. */
+static bool
+send_frame(struct conn *conn, struct capture_job *job, int k, bool last)
+{
+	const int32_t f = job->factor[k];
+	const int32_t width = (job->view.width + f - 1) / f;
+	const int32_t height = (job->view.height + f - 1) / f;
+	const size_t stride = (size_t)width * 4;
+	const size_t size = stride * (size_t)height;
+	uint8_t *pixels = job->frame[k];
+
+	conn->pending--;
+	if (!pixels)
+		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
+	if (last) {
+		job->frame[k] = NULL;
+	} else {
+		pixels = malloc(size);
+		if (!pixels)
+			return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
+		memcpy(pixels, job->frame[k], size);
+	}
+	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride,
+			 format_name(job->buffer->format), size)) {
+		free(pixels);
+		return false;
+	}
+	if (!conn_enqueue(conn, (char *)pixels, size, true))
+		return false;
+	conn->frame_in_flight = true;
+	return true;
+}
+
+/* The worker is done with `job`: its frames go to the connections waiting for them (one
+ * whose bound needs a factor the job lacks waits for the next capture), its buffer is free
+ * for the next capture. */
+static void
+job_deliver(struct capturer *capturer, struct capture_job *job)
+{
+	struct layout *layout = capturer->layout;
+	struct capture_output *co = job->output;
+	struct conn *conn, *next;
+	int users[JOB_FACTORS] = { 0 };
+	int32_t factor;
+	int k;
+
+	job->buffer->state = BUFFER_FREE;
+	co->jobs--;
+	if (co->gone) {
+		if (co->jobs == 0)
+			capture_output_free(co);
+		job_free(job);
+		return;
+	}
+	wl_list_for_each(conn, &layout->capture.conns, link) {
+		if (!waits_for(conn, co) || !(factor = conn_factor(conn, &job->view)))
+			continue;
+		for (k = 0; k < job->count; k++) {
+			if (job->factor[k] == factor)
+				users[k]++;
+		}
+	}
+	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
+		bool ok;
+
+		if (!waits_for(conn, co))
+			continue;
+		factor = conn_factor(conn, &job->view);
+		if (!factor) {
+			conn->pending--;
+			ok = conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", job->view.width,
+					 job->view.height, conn->max_width, conn->max_height);
+		} else {
+			for (k = 0; k < job->count && job->factor[k] != factor; k++)
+				;
+			if (k == job->count)
+				continue;
+			ok = send_frame(conn, job, k, --users[k] == 0);
+		}
+		if (!ok || !conn_flush(conn))
+			conn_destroy(conn);
+	}
+	job_free(job);
+	capturer_kick(layout, co->name);
+	capturer_release_idle(layout);
+}
+
+/* Starts a capture of `output_name` when a connection waits for one, none is running and a
+ * buffer is free (else when the running capture or a job ends). */
 void
 capturer_kick(struct layout *layout, const char *output_name)
 {
 	struct capturer *capturer = &layout->capturer;
 	struct capture_output *co;
+	struct capture_buffer *buf = NULL;
 	struct conn *conn;
 	bool wanted = false;
+	int i;
 
 	wl_list_for_each(conn, &layout->capture.conns, link) {
 		if (conn->pending > 0 && !conn->frame_in_flight &&
@@ -440,18 +623,26 @@ capturer_kick(struct layout *layout, const char *output_name)
 		return;
 	}
 	co = find_capture_output(capturer, output_name);
-	if (!co || !co->source || co->busy)
-		return; /* started when weston names the output, or when this capture ends */
+	if (!co || !co->source)
+		return; /* started when weston names the output */
+	for (i = 0; i < 2; i++) {
+		if (co->buffers[i].state == BUFFER_CAPTURING)
+			return;
+		if (co->buffers[i].state == BUFFER_FREE && !buf)
+			buf = &co->buffers[i];
+	}
+	if (!buf)
+		return;
 	if (co->drm_format && !format_name(co->drm_format)) {
 		capture_fail_output(layout, output_name, "unsupported capture format");
 		return;
 	}
-	if (!capture_buffer_alloc(co)) {
+	if (!capture_buffer_alloc(co, buf)) {
 		capture_fail_output(layout, output_name, "cannot allocate a capture buffer");
 		return;
 	}
-	weston_capture_source_v1_capture(co->source, co->buffer);
-	co->busy = true;
+	weston_capture_source_v1_capture(co->source, buf->buffer);
+	buf->state = BUFFER_CAPTURING;
 	capturer_flush(capturer);
 }
 
@@ -475,24 +666,37 @@ source_size(void *data, struct weston_capture_source_v1 *source, int32_t width,
 	co->height = height;
 }
 
+static struct capture_buffer *
+capturing_buffer(struct capture_output *co)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (co->buffers[i].state == BUFFER_CAPTURING)
+			return &co->buffers[i];
+	}
+	return NULL;
+}
+
 static void
 source_complete(void *data, struct weston_capture_source_v1 *source)
 {
 	struct capture_output *co = data;
 	struct layout *layout = co->capturer->layout;
-	struct conn *conn, *next;
+	struct capture_buffer *buf = capturing_buffer(co);
+	struct capture_job *job;
 
 	(void)source;
-	co->busy = false;
-	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
-		if (conn->pending == 0 || strcmp(conn->output, co->name) != 0)
-			continue;
-		if (conn->frame_in_flight) {
-			/* The reader is behind: this frame is lost to it. */
-			continue;
-		}
-		if (!capture_frame(conn, co) || !conn_flush(conn))
-			conn_destroy(conn);
+	if (!buf)
+		return;
+	job = job_create(co, buf);
+	if (!job) {
+		/* Every reader is behind (this frame is lost to them), or out of memory. */
+		buf->state = BUFFER_FREE;
+	} else {
+		buf->state = BUFFER_FILTERING;
+		co->jobs++;
+		worker_submit(co->capturer, job);
 	}
 	capturer_kick(layout, co->name);
 	capturer_release_idle(layout);
@@ -502,9 +706,11 @@ static void
 source_retry(void *data, struct weston_capture_source_v1 *source)
 {
 	struct capture_output *co = data;
+	struct capture_buffer *buf = capturing_buffer(co);
 
 	(void)source;
-	co->busy = false;
+	if (buf)
+		buf->state = BUFFER_FREE;
 	capturer_kick(co->capturer->layout, co->name);
 	capturer_release_idle(co->capturer->layout);
 }
@@ -513,9 +719,11 @@ static void
 source_failed(void *data, struct weston_capture_source_v1 *source, const char *msg)
 {
 	struct capture_output *co = data;
+	struct capture_buffer *buf = capturing_buffer(co);
 
 	(void)source;
-	co->busy = false;
+	if (buf)
+		buf->state = BUFFER_FREE;
 	capture_fail_output(co->capturer->layout, co->name, msg ? msg : "capture failed");
 	capturer_release_idle(co->capturer->layout);
 }
@@ -542,14 +750,34 @@ capture_output_start(struct capture_output *co)
 }
 
 static void
+capture_output_free(struct capture_output *co)
+{
+	capture_buffer_free(&co->buffers[0]);
+	capture_buffer_free(&co->buffers[1]);
+	free(co);
+}
+
+/* Ends the output's protocol objects; its memory goes now, or when the worker gives back
+ * the last of its buffers. */
+static void
 capture_output_destroy(struct capture_output *co)
 {
-	capture_buffer_free(co);
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (co->buffers[i].buffer)
+			wl_buffer_destroy(co->buffers[i].buffer);
+		co->buffers[i].buffer = NULL;
+	}
 	if (co->source)
 		weston_capture_source_v1_destroy(co->source);
+	co->source = NULL;
 	wl_output_release(co->wl_output);
 	wl_list_remove(&co->link);
-	free(co);
+	if (co->jobs > 0)
+		co->gone = true;
+	else
+		capture_output_free(co);
 }
 
 static void
@@ -557,8 +785,11 @@ wl_output_geometry(void *data, struct wl_output *output, int32_t x, int32_t y,
 		   int32_t physical_width, int32_t physical_height, int32_t subpixel,
 		   const char *make, const char *model, int32_t transform)
 {
-	(void)data, (void)output, (void)x, (void)y, (void)physical_width;
-	(void)physical_height, (void)subpixel, (void)make, (void)model, (void)transform;
+	struct capture_output *co = data;
+
+	(void)output, (void)x, (void)y, (void)physical_width;
+	(void)physical_height, (void)subpixel, (void)make, (void)model;
+	co->transform = transform;
 }
 
 static void
@@ -664,6 +895,7 @@ capturer_stop(struct capturer *capturer)
 	if (!capturer->display)
 		return;
 	capturer->running = false;
+	worker_stop(capturer);
 	wl_list_for_each_safe(co, next, &capturer->outputs, link)
 		capture_output_destroy(co);
 	if (capturer->capture)

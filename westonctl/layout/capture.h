@@ -1,22 +1,35 @@
-/* The capture side of layout-shell.so: the module's own Wayland client of its compositor and
- * the capture socket's requests (capture.c). */
+/* The capture side of layout-shell.so: the module's own Wayland client of its compositor, the
+ * capture socket's requests and the worker thread that makes their frames (capture.c). */
 #ifndef LAYOUT_CAPTURE_H
 #define LAYOUT_CAPTURE_H
+
+#include <pthread.h>
+
+#include "boxfilter.h"
 
 #define MAX_PENDING_FRAMES 16
 #define BOUND_MIN 16
 #define BOUND_MAX 16384
-/* A byte's sum over a block of up to FACTOR_MAX^2 pixels fits 32 bits, and the rounded
- * division by reciprocal (RECIP_SHIFT) is exact for blocks of up to 2^23 pixels. BOUND_MIN
- * keeps the factor within it for any output up to 32768 pixels a side. */
-#define FACTOR_MAX 2048
-#define RECIP_SHIFT 55
+/* The distinct factors one capture is filtered by; a connection wanting another waits for
+ * the next capture. */
+#define JOB_FACTORS 4
 
 struct conn;
 struct layout;
 
-/* An output as the capture client sees it: its wl_output, its capture source and the
- * shm buffer weston captures into (kept for the next frame). */
+/* A shm buffer weston captures an output into. Two per output: weston fills one while the
+ * worker reads the other. */
+struct capture_buffer {
+	struct wl_buffer *buffer;
+	uint8_t *pixels;
+	size_t size;
+	int32_t width, height;
+	uint32_t format;
+	enum { BUFFER_FREE, BUFFER_CAPTURING, BUFFER_FILTERING } state;
+};
+
+/* An output as the capture client sees it: its wl_output (name, transform), its capture
+ * source and the buffers weston captures into (kept while capture connections are open). */
 struct capture_output {
 	struct wl_list link;
 	struct capturer *capturer;
@@ -26,12 +39,35 @@ struct capture_output {
 	struct weston_capture_source_v1 *source;
 	uint32_t drm_format;
 	int32_t width, height;
-	struct wl_buffer *buffer;
-	uint32_t buffer_format;
-	int32_t buffer_width, buffer_height;
-	uint8_t *pixels;
-	size_t size;
-	bool busy;
+	int32_t transform;
+	struct capture_buffer buffers[2];
+	int jobs;	/* of this output's captures, those the worker holds */
+	bool gone;	/* its global went while the worker held a job: freed when the last ends */
+};
+
+/* One captured frame for the worker: the upright view of its buffer, and the frames made
+ * from it, one per factor (NULL when out of memory). */
+struct capture_job {
+	struct capture_job *next;
+	struct capture_output *output;
+	struct capture_buffer *buffer;
+	struct box_view view;
+	int count;
+	int32_t factor[JOB_FACTORS];
+	uint8_t *frame[JOB_FACTORS];
+};
+
+/* The thread that makes frames from captured buffers, so that the compositor's thread only
+ * hands buffers over and sends the results; started with the first capture. */
+struct capture_worker {
+	bool started;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct capture_job *todo, *done;	/* first in, first out; under lock */
+	bool quit;
+	int event_fd;	/* the worker's signal that `done` has jobs */
+	struct wl_event_source *source;
 };
 
 /* The module's own Wayland client of its compositor, over a socketpair, through which it
@@ -47,6 +83,7 @@ struct capturer {
 	struct wl_shm *shm;
 	struct weston_capture_v1 *capture;
 	struct wl_list outputs;
+	struct capture_worker worker;
 	bool running;
 };
 

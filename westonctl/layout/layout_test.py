@@ -559,32 +559,37 @@ class Scene:
 
 @contextlib.contextmanager
 def _scene(
-    layout_so: Path, size: tuple[int, int], renderer: weston_support.Renderer
+    layout_so: Path,
+    size: tuple[int, int],
+    renderer: weston_support.Renderer,
+    transform: str = "normal",
 ) -> Iterator[tuple[Compositor, Scene]]:
-    """Headless weston of `size`: a red client fills it, a blue RECT_SIZE one is centred."""
-    with (
-        _sockets_dir() as sockets,
-        weston_support.headless(
-            size=size, renderer=renderer, config=layout_ini(sockets), args=[f"--shell={layout_so}"]
-        ) as w,
-    ):
-        compositor = Compositor(weston=w, sockets=sockets)
-        path = compositor.claim_socket("s")
-        with LayoutControl(compositor.control) as control:
-            control.create_claim_socket(path, "headless", "claim-s")
-        rect = ((size[0] - RECT_SIZE[0]) // 2, (size[1] - RECT_SIZE[1]) // 2, *RECT_SIZE)
-        scene = Scene(size=size, rect=rect, background=RED, colour=BLUE)
-        with SolidClient(path, colour=RED):
-            wait_frame(compositor.capture, "headless", all_one(RED), what="red over headless")
-            with SolidClient(path, colour=BLUE, size=RECT_SIZE, honour_configure=False):
-                wait_frame(
-                    compositor.capture,
-                    "headless",
-                    lambda f: f.rgb(rect[0], rect[1]) == BLUE and not scene.mismatches(f, 1),
-                    what="the blue client centred on the red one",
-                    max_size=None,
-                )
-                yield compositor, scene
+    """Headless weston of mode `size`, turned by weston.ini's `transform`: a red client fills
+    it, a blue RECT_SIZE one is centred. The scene is what a person before the monitor sees
+    (a quarter turn swaps its sides)."""
+    upright = (size[1], size[0]) if transform.endswith(("90", "270")) else size
+    with _sockets_dir() as sockets:
+        config = layout_ini(sockets) + f"\n[output]\nname=headless\ntransform={transform}\n"
+        with weston_support.headless(
+            size=size, renderer=renderer, config=config, args=[f"--shell={layout_so}"]
+        ) as w:
+            compositor = Compositor(weston=w, sockets=sockets)
+            path = compositor.claim_socket("s")
+            with LayoutControl(compositor.control) as control:
+                control.create_claim_socket(path, "headless", "claim-s")
+            x, y = (upright[0] - RECT_SIZE[0]) // 2, (upright[1] - RECT_SIZE[1]) // 2
+            scene = Scene(size=upright, rect=(x, y, *RECT_SIZE), background=RED, colour=BLUE)
+            with SolidClient(path, colour=RED):
+                wait_frame(compositor.capture, "headless", all_one(RED), what="red over headless")
+                with SolidClient(path, colour=BLUE, size=RECT_SIZE, honour_configure=False):
+                    wait_frame(
+                        compositor.capture,
+                        "headless",
+                        lambda f: f.rgb(x, y) == BLUE and not scene.mismatches(f, 1),
+                        what="the blue client centred on the red one",
+                        max_size=None,
+                    )
+                    yield compositor, scene
 
 
 @pytest.fixture(scope="module")
@@ -660,6 +665,23 @@ def test_4k_frame_bounded_to_1080p_is_the_2x2_mean(layout_so: Path) -> None:
     # The rectangle's top-left block holds one blue pixel of four; its edges, two.
     assert frame.rgb(943, 527) == (_mean(0, 255, 4, 1), 0, _mean(255, 0, 4, 1)) == (191, 0, 64)
     assert scene.mismatches(frame, 2) == []
+
+
+# The blue rectangle is one pixel nearer the top-left corner than the bottom-right one (642 -
+# 65 and 482 - 49 are odd), so a frame turned the wrong way, or mirrored, misplaces it.
+@pytest.mark.parametrize("transform", ["rotate-90", "rotate-270", "flipped-rotate-180"])
+def test_frames_of_a_turned_output_are_upright(layout_so: Path, transform: str) -> None:
+    with (
+        _scene(layout_so, ODD, "pixman", transform) as (compositor, scene),
+        LayoutCapture(compositor.capture, timeout=WAIT_S) as capture,
+    ):
+        for max_size in (None, (321, 321), (100, 1000)):
+            frame = capture.frame("headless", max_size)
+            bound = max_size or scene.size
+            factor = max(-(-side // most) for side, most in zip(scene.size, bound, strict=True))
+            width, height = (-(-side // factor) for side in scene.size)
+            assert (frame.header.width, frame.header.height) == (width, height)
+            assert scene.mismatches(frame, factor) == [], (max_size, factor)
 
 
 def test_claims_come_back_after_a_killed_compositor(layout_so: Path) -> None:
