@@ -252,6 +252,15 @@ class NodeRuntime:
     async def _publish(self, cards: tuple[drm.Card, ...]) -> None:
         connected = sum(c.connected for card in cards for c in card.connectors)
         self.metrics.connected_outputs.set(connected)
+        # Per connector, as weston names it: an unplugged monitor's output stays in weston's
+        # list, so only sysfs tells that it went.
+        for card in cards:
+            for c in card.connectors:
+                name = self.config.aliases.get(c.output_name, c.output_name)
+                try:
+                    self.metrics.set_output_connected(name, c.connected)
+                except ValueError as err:
+                    log.warning("output %s: connection not recorded: %s", name, err)
         ddc = {d: s.supported for d, s in self._observed.ddc.items()}
         self.publisher.update(slices.build_devices(cards, ddc=ddc))
         try:

@@ -94,7 +94,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 followed.append(plugged)
             return len(followed) != 1
 
-        async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any]]:
+        async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any], str]:
             client = async_client(fake.url)
             node = runtime.NodeRuntime(client, config, compositor, source=source,
                                        buses=_buses({3: SimulatedMonitor(capabilities=CAPS)}))
@@ -122,6 +122,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                              "the applied brightness is observed")
                 await node.refresh()
                 applied = _display_status(fake, "card0-hdmi-a-1")["ddc"]
+                unplugged = node.metrics.exposition().decode()
                 sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
                 source.inject()
                 await _until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
@@ -134,9 +135,9 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 await client.close()
-            return node, running, applied
+            return node, running, applied, unplugged
 
-        node, running, applied = asyncio.run(main())
+        node, running, applied, unplugged = asyncio.run(main())
         assert (applied["brightness"], applied["power"]) == (40, "off")
         assert w.process.wait(timeout=10) == -signal.SIGKILL
         assert running["currentMode"].startswith("1024x640")
@@ -148,6 +149,10 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     text = node.metrics.exposition().decode()
     assert "display_watchdog_kills_total 1.0" in text
     assert "display_connected_outputs 2.0" in text
+    # Each connector by weston's name for it: the alias, else the connector's own.
+    assert 'display_output_connected{output="headless"} 1.0' in unplugged
+    assert 'display_output_connected{output="DP-1"} 0.0' in unplugged
+    assert 'display_output_connected{output="DP-1"} 1.0' in text
     assert "display_compositor_up 0.0" in text
 
 
