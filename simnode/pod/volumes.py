@@ -177,12 +177,14 @@ class SecretVolumes:
         try:
             self.informers = [self._informer(client, self.namespace, name, directory)
                               for name, directory in self.volumes.items()]
-            runs = [asyncio.create_task(i.run()) for i in self.informers]
-            synced = asyncio.gather(*(i.synced.wait() for i in self.informers))
+            runs: list[asyncio.Future[Any]] = [asyncio.create_task(i.run())
+                                               for i in self.informers]
+            synced: asyncio.Future[Any] = asyncio.gather(
+                *(i.synced.wait() for i in self.informers))
             done, _ = await asyncio.wait([synced, *runs], return_when=asyncio.FIRST_COMPLETED)
-            if synced not in done:
+            if synced not in done:  # a watch failed for good before its first list
                 synced.cancel()
-                self._failure = next(t.exception() for t in done) or RuntimeError("ended")
+                self._failure = next(iter(done)).exception() or RuntimeError("ended")
                 self._synced.set()
                 return
             for informer, directory in zip(self.informers, self.volumes.values(), strict=True):
