@@ -21,7 +21,7 @@ from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.modes import Mode
 
 CARD = "card0"
-MIN_MONITORS = 2
+MIN_MONITORS = 1
 # Shaped like real monitors' strings (Dell U2415, LG 27UL550): the usual colour and geometry
 # codes, brightness 10, contrast 12, input 60 with the monitor's three inputs, power D6.
 CAPABILITIES: Final = (
