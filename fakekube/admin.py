@@ -18,8 +18,10 @@ Each hook maps one to one onto the `FakeKube` method of the same meaning.
 | `user-token` | `user`, `groups?` -> `{"token"}` | `user_token(...)` |
 
 `GET /_fakekube/denials` (also served as `/fakekube/denials`) answers `{"items": [Denial...]}`
-(`denials()`), `GET /_fakekube/requests` the request log. With `authorize=True` these paths are
-non-resource URLs like any other: only a caller RBAC allows them to (the admin token) gets in.
+(`denials()`), `GET /_fakekube/requests` the request log (each request's method, path, query,
+status and user) and `bytesSent`, the body bytes sent to each user. With `authorize=True` these
+paths are non-resource URLs like any other: only a caller RBAC allows them to (the admin token)
+gets in.
 """
 
 from __future__ import annotations
@@ -147,7 +149,9 @@ def handle(fake: FakeKube, method: str, path: str, raw: bytes) -> tuple[int, Jso
     hook = "denials" if path == _DENIALS_ALIAS else path.removeprefix(_PREFIX)
     if hook == "requests" and method == "GET":
         return 200, {"items": [{"method": r.method, "path": r.path, "query": r.query,
-                                "status": r.status} for r in fake.requests.records()]}
+                                "status": r.status, "user": r.user}
+                               for r in fake.requests.records()],
+                     "bytesSent": fake.requests.bytes_sent()}
     if hook == "denials" and method == "GET":
         return 200, {"items": [d.to_json() for d in fake.denials()]}
     if hook not in _HOOKS:

@@ -100,14 +100,16 @@ class Faults:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One request as answered: method, path without query, raw query, HTTP status, and who
-    sent it (the authenticated user with `authorize=True`, else "")."""
+    """One request as answered: method, path without query, raw query, HTTP status, who
+    sent it (the authenticated user with `authorize=True`, else "") and when it was answered
+    (`time.monotonic()`)."""
 
     method: str
     path: str
     query: str
     status: int
     user: str = ""
+    at: float = 0.0
 
     def param(self, name: str) -> str | None:
         values = urllib.parse.parse_qs(self.query, keep_blank_values=True).get(name)
@@ -115,9 +117,21 @@ class RequestRecord:
 
 
 class RequestLog:
+    """The requests answered, and the body bytes sent to each user (watch events included)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
+        self._bytes: collections.Counter[str] = collections.Counter()
+
+    def add_bytes(self, user: str, count: int) -> None:
+        with self._lock:
+            self._bytes[user] += count
+
+    def bytes_sent(self) -> dict[str, int]:
+        """User -> body bytes sent to it ("" for requests not authenticated)."""
+        with self._lock:
+            return dict(self._bytes)
 
     def add(self, record: RequestRecord) -> None:
         with self._lock:
@@ -130,3 +144,4 @@ class RequestLog:
     def clear(self) -> None:
         with self._lock:
             self._records.clear()
+            self._bytes.clear()

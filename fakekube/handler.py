@@ -216,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
     def _record(self, code: int, query: str) -> None:
         path = urllib.parse.urlsplit(self.path).path
         self.fake.requests.add(RequestRecord(self.command, path, query, code,
-                                             self._user))
+                                             self._user, time.monotonic()))
 
     def _send_json(self, code: int, body: JsonObject, *, query: str,
                    headers: dict[str, str] | None = None, warnings: tuple[str, ...] = ()) -> None:
@@ -232,6 +232,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.end_headers()
         self.wfile.write(payload)
+        self.fake.requests.add_bytes(self._user, len(payload))
 
     def _send_plain(self, path: str, query: str) -> None:
         if path == "/version":
@@ -251,6 +252,7 @@ class Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+        self.fake.requests.add_bytes(self._user, len(data))
 
     def _event(self, t: Target, kind: str, obj: JsonObject) -> None:
         out = {**obj, "apiVersion": t.kind.api_version(t.version), "kind": t.kind.kind}
@@ -276,9 +278,10 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(b"")
             return
         deadline = time.monotonic() + int(timeout) if timeout else None
+        bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
         try:
             self._start_stream(query)
-            self._stream(t, watcher, deadline)
+            self._stream(t, watcher, deadline, bookmarks=bookmarks)
         except OSError:  # the client went away mid-write
             self.close_connection = True
         finally:
@@ -291,12 +294,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 
-    def _stream(self, t: Target, watcher: Watcher, deadline: float | None) -> None:
+    def _stream(self, t: Target, watcher: Watcher, deadline: float | None, *,
+                bookmarks: bool) -> None:
+        interval = self.fake.bookmark_interval
+        next_bookmark = time.monotonic() + interval
         while True:
             wait = _POLL_SECONDS
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
+                    if bookmarks:  # as the apiserver does just before it times a watch out
+                        self._bookmark(t, watcher)
                     self._chunk(b"")
                     return
             try:
@@ -305,6 +313,9 @@ class Handler(BaseHTTPRequestHandler):
                 if self._client_gone():
                     self.close_connection = True
                     return
+                if bookmarks and time.monotonic() >= next_bookmark:
+                    self._bookmark(t, watcher)
+                    next_bookmark = time.monotonic() + interval
                 continue
             if isinstance(item, Closed):
                 if item.abrupt:
@@ -314,6 +325,15 @@ class Handler(BaseHTTPRequestHandler):
                     self._chunk(b"")
                 return
             self._event(t, *item)
+
+    def _bookmark(self, t: Target, watcher: Watcher) -> None:
+        """A BOOKMARK at the store's resourceVersion, sent only while this watch has nothing
+        queued: every event up to that version it selects has then been sent already."""
+        with self.fake.store.lock:
+            rv = self.fake.store.resource_version
+            if not watcher.queue.empty():
+                return
+        self._event(t, "BOOKMARK", {"metadata": {"resourceVersion": str(rv)}})
 
     def _client_gone(self) -> bool:
         readable, _, _ = select.select([self.connection], [], [], 0)

@@ -50,7 +50,9 @@ Known gaps (a test that needs one of these needs a real cluster):
 - `continue` pages read the current state after the last key, not a snapshot at the list's
   resourceVersion; `resourceVersionMatch` is ignored; a watch from a resourceVersion newer than
   the store waits instead of answering "too large resource version".
-- No watch bookmarks, no `sendInitialEvents`, no HTTP/2, no protobuf. TLS only with `tls=True`
+- Watch bookmarks (`allowWatchBookmarks=true`) every `bookmark_interval` seconds of an idle
+  stream and just before a `timeoutSeconds` end, at the store's resourceVersion; no
+  `sendInitialEvents`, no HTTP/2, no protobuf. TLS only with `tls=True`
   (its own CA, `fakekube.tls`).
 """
 
@@ -62,6 +64,7 @@ import secrets
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -82,6 +85,7 @@ log = logging.getLogger(__name__)
 JsonObject = dict[str, Any]
 _JOIN_SECONDS = 5.0
 _POLL_SECONDS = 0.05  # how long stop() waits for serve_forever to notice
+BOOKMARK_INTERVAL_S = 60.0
 _HANDSHAKE_SECONDS = 30.0
 AUTHENTICATED = "system:authenticated"
 ADMIN_USER = "system:admin"
@@ -157,7 +161,8 @@ class FakeKube:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, kube_version: str = "1.34",
                  device_taints: bool = True, history_limit: int = 100_000, tls: bool = False,
                  authorize: bool = False,
-                 token_min_expiration_s: int = tokenrequest.MIN_EXPIRATION_S) -> None:
+                 token_min_expiration_s: int = tokenrequest.MIN_EXPIRATION_S,
+                 bookmark_interval: float = BOOKMARK_INTERVAL_S) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
         self.policy = Policy()
@@ -169,6 +174,8 @@ class FakeKube:
         # The apiserver's floor for a TokenRequest's expirationSeconds; a test lowers it to
         # watch a token expire.
         self.token_min_expiration_s = token_min_expiration_s
+        # How often an idle watch that allows bookmarks gets one (the apiserver: about 1 min).
+        self.bookmark_interval = bookmark_interval
         self.guard: Guard | None = None
         if authorize:
             authorizer = Authorizer(self.store)
@@ -316,6 +323,22 @@ class FakeKube:
         found, _ = self._kind(api_version, kind)
         return self.store.items(found.key, namespace)
 
+    def update(self, api_version: str, kind: str, name: str,
+               change: Callable[[JsonObject], None], *,
+               namespace: str | None = None) -> JsonObject:
+        """Apply `change` to the stored object in place and store it (a new resourceVersion, a
+        MODIFIED event), as a client's read-modify-write would; returns the stored object."""
+        found, version = self._kind(api_version, kind)
+        t = Target(found, version, (namespace or "default") if found.namespaced else None, name)
+        return self.api.mutate(t, change).body
+
+    def delete(self, api_version: str, kind: str, name: str, *,
+               namespace: str | None = None) -> None:
+        """Delete the object (a DELETED event), as a client's DELETE would."""
+        found, version = self._kind(api_version, kind)
+        t = Target(found, version, (namespace or "default") if found.namespaced else None, name)
+        self.api.delete(t, {})
+
     @property
     def events(self) -> list[Event]:
         """Every change since start, oldest first (never compacted)."""
@@ -324,6 +347,11 @@ class FakeKube:
 
     def request_log(self) -> list[RequestRecord]:
         return self.requests.records()
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open now."""
+        return self.store.watch_count()
 
     # -- fault hooks -----------------------------------------------------------------------------
 

@@ -110,7 +110,8 @@ def test_fault_hooks_over_http(served: tuple[subprocess.Popen[str], str]) -> Non
         review = client.create(load(TokenReview, {"spec": {"token": "t"}}))
         assert as_dict(review)["status"]["user"]["username"] == "alice"
         log = testing.call(url, "GET", "/_fakekube/requests").body["items"]
-        assert {"method": "POST", "path": "/api/v1/nodes", "query": "", "status": 429} in log
+        assert {"method": "POST", "path": "/api/v1/nodes", "query": "", "status": 429,
+                "user": ""} in log
     finally:
         client.close()
 

@@ -168,6 +168,10 @@ class Store:
                         watcher.offer(event)
             self._watchers.add(watcher)
 
+    def watch_count(self) -> int:
+        with self.lock:
+            return len(self._watchers)
+
     def unwatch(self, watcher: Watcher) -> None:
         with self.lock:
             self._watchers.discard(watcher)

@@ -213,3 +213,22 @@ def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: FakeKube, clie
     assert [e["type"] for e in events] == ["ADDED"]
     obj = events[0]["object"]
     assert (obj["kind"], obj["apiVersion"]) == ("ResourceSlice", "resource.k8s.io/v1")
+
+
+def test_bookmarks_only_when_allowed_at_the_store_version() -> None:
+    with FakeKube(bookmark_interval=0.1) as fake:
+        fake.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "other", "namespace": "default"}})
+        now = fake.store.resource_version
+        url = f"{fake.url}/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1"
+        with urllib.request.urlopen(url + "&allowWatchBookmarks=true", timeout=10) as r:
+            events = [json.loads(line) for line in r.read().splitlines() if line.strip()]
+        kinds = [e["type"] for e in events]
+        assert kinds[0] == "ADDED" and "BOOKMARK" in kinds
+        bookmark = next(e for e in events if e["type"] == "BOOKMARK")["object"]
+        assert bookmark["metadata"] == {"resourceVersion": str(now)}
+        assert bookmark["kind"] == "ConfigMap"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            plain = [json.loads(line)["type"] for line in r.read().splitlines() if line.strip()]
+        assert plain == ["ADDED"]
+    assert sum(fake.requests.bytes_sent().values()) > 0

@@ -21,7 +21,7 @@ from libdisplay.edid_build import EdidParams, build_edid
 from libdisplay.modes import Mode
 
 CARD = "card0"
-MIN_MONITORS = 2
+MIN_MONITORS = 1
 # Shaped like real monitors' strings (Dell U2415, LG 27UL550): the usual colour and geometry
 # codes, brightness 10, contrast 12, input 60 with the monitor's three inputs, power D6.
 CAPABILITIES: Final = (
@@ -101,12 +101,32 @@ class Monitor:
         })
 
 
-ALL_MONITORS = (
+FIRST_MONITORS = (
     Monitor("HDMI-A", 1, "Sim HDMI FHD",
             (Mode(1920, 1080, 60000), Mode(1280, 720, 60000), Mode(1024, 768, 60000)), "X1", 3),
     Monitor("DP", 1, "Sim DP SXGA", (Mode(1280, 1024, 60000), Mode(1024, 768, 60000)), "X2", 4),
     Monitor("DP", 2, "Sim DP HD+", (Mode(1600, 900, 60000), Mode(1280, 720, 60000)), "X3", 5),
 )
+MAX_MONITORS = 16
+"""A card with 16 outputs (a video wall's, or virtio-gpu's most heads)."""
+# The wall's further monitors: DP and HDMI in turn, each preferring one of these modes.
+_WALL_MODES = ((Mode(1920, 1080, 60000), Mode(1280, 720, 60000)),
+               (Mode(1280, 1024, 60000), Mode(1024, 768, 60000)),
+               (Mode(1600, 900, 60000), Mode(1280, 720, 60000)))
+
+
+def _wall(first: tuple[Monitor, ...], count: int) -> tuple[Monitor, ...]:
+    """`first`, then monitors up to `count` on further DP-n and HDMI-A-n connectors."""
+    made = list(first)
+    for n in range(len(first) + 1, count + 1):
+        kind = "DP" if n % 2 == 0 else "HDMI-A"
+        index = 1 + sum(m.type == kind for m in made)
+        made.append(Monitor(kind, index, f"Sim Wall {n}", _WALL_MODES[n % len(_WALL_MODES)],
+                            f"X{n}", n + 2))
+    return tuple(made)
+
+
+ALL_MONITORS = _wall(FIRST_MONITORS, MAX_MONITORS)
 
 
 def monitors(count: int) -> tuple[Monitor, ...]:

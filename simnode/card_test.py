@@ -15,10 +15,23 @@ from libdisplay.edid import decode_edid
 from simnode import card
 
 
-@pytest.mark.parametrize("count", [1, 4], ids=["too-few", "too-many"])
+@pytest.mark.parametrize("count", [0, 17], ids=["too-few", "too-many"])
 def test_monitor_count_out_of_range_is_refused(count: int) -> None:
-    with pytest.raises(card.CardError, match=f"--monitors must be 2-3, got {count}"):
+    with pytest.raises(card.CardError, match=f"--monitors must be 1-16, got {count}"):
         card.monitors(count)
+
+
+def test_sixteen_monitors_are_apart_in_every_name(tmp_path: Path) -> None:
+    chosen = card.monitors(16)
+    for key in ("device", "connector", "output", "i2c_bus", "name"):
+        values = [getattr(m, key) for m in chosen]
+        assert len(set(values)) == 16, (key, values)
+    assert [m.output for m in chosen] == [f"X{n}" for n in range(1, 17)]
+    assert chosen[:3] == card.monitors(3)
+    card.write_card(tmp_path, chosen)
+    for monitor in chosen:
+        assert monitor.status_file(tmp_path).read_text().strip() == "connected"
+        assert decode_edid(monitor.edid()).monitor_name == monitor.name
 
 
 @pytest.mark.parametrize(

@@ -62,8 +62,8 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 
 @cli.command("up")
 @state_dir_option
-@click.option("--monitors", type=click.IntRange(2, 3), default=3, show_default=True,
-              help="How many monitors the simulated card has.")
+@click.option("--monitors", type=click.IntRange(1, 16), default=3, show_default=True,
+              help="How many monitors the simulated card has (1-16).")
 @click.option("--dist", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the built PEXes are (<dist>/<name>/<name>.pex); default: the dist"
                    " dir this PEX is in, else ./dist.")

@@ -22,12 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
 
-from draplugin.apierrors import from_lightkube
 from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
-from draplugin.node import ddcmap, displays, hotplug, metrics, reprobe, slices, watchdog
+from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
 from libdisplay import drm, kubeaccess, kubelightkube, wayland
 from libdisplay.kubeaccess import Endpoint
@@ -51,7 +49,6 @@ class NodeConfig:
     """Connector output name (`HDMI-A-1`) → the compositor's name for it, where they differ."""
     slice_resync: float = 5.0
     hotplug_resync: float = 30.0
-    restart_poll: float = 15.0
     ddc_timeout: float = 10.0
     watchdog_interval: float = 1.0
     probe_timeout: float = 1.0
@@ -217,7 +214,9 @@ class NodeRuntime:
                 group.create_task(self._follow_loop())
                 group.create_task(self.displays.watch(lambda _name: self._spec_edited()))
                 if self.config.pod is not None:
-                    group.create_task(self._poll_restarts(*self.config.pod))
+                    group.create_task(podwatch.restart_follower(
+                        self._client, *self.config.pod, on_count=self.metrics.set_crash_restarts,
+                        on_retry=self.metrics.api_retry).run())
                 # A background task's or a submitted call's failure ends the group.
                 group.create_task(self._until_failure())
         finally:
@@ -361,20 +360,6 @@ class NodeRuntime:
             # also probed the card as its new master, which refreshes a stale sysfs.
             self._later(self.refresh())
             self._later(self.rescan())
-
-    async def _poll_restarts(self, namespace: str, pod: str) -> None:
-        while True:
-            try:
-                found = await self._client.get(Pod, name=pod, namespace=namespace)
-                self.metrics.set_crash_restarts(metrics.weston_restart_count(found.to_dict()))
-            except Exception as err:
-                failure = from_lightkube(err, f"GET Pod {namespace}/{pod}")
-                # 404: a pod being created or renamed; it is read again at the next poll.
-                if failure is None or not (failure.retryable or failure.code == 404):
-                    raise
-                log.warning("cannot read the restart count: %s", failure)
-                self.metrics.api_retry("pod-read")
-            await asyncio.sleep(self.config.restart_poll)
 
 
 

@@ -6,6 +6,8 @@ attributes per device, strings cleaned and cut to 64 characters so an odd EDID n
 slice rejected. `Publisher` owns the one slice of this node's pool (pool = node name, owned by
 the Node): it writes it at start, again only when its content changes, recreates it when the
 kubelet wipes it (dra.md §1), and carries the compositor-unavailable taint on every device.
+It follows its slice with a watch (`libdisplay.kubewatch`): each check compares against the
+watch's cache, so an idle node sends the API server nothing but the open watch.
 
 Pool generation: the pool is a single slice, so an update keeps the generation (the Go helper
 does the same when one API call suffices); a re-create after a wipe takes the next generation,
@@ -28,9 +30,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from draplugin.apierrors import from_lightkube
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, fatal, with_retries
 from libdisplay.drm import Card, Connector
+from libdisplay.kubewatch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 from libdisplay.outputs import read_monitor
 
 log = logging.getLogger(__name__)
@@ -216,7 +218,9 @@ class Publisher:
 
     `update(devices)` and `set_tainted(flag)` record what should be published and wake `run()`,
     which writes at start, after each change, and every `resync` seconds checks the slice is
-    still there. `sync()` is one pass, for callers that want to await the write.
+    still there. `sync()` is one pass, for callers that want to await the write. The checks
+    read the watch's cache, not the API; the API is read only before the watch's first list
+    and once after a conflict (the cache was behind).
     """
 
     def __init__(
@@ -230,6 +234,7 @@ class Publisher:
         on_error: Callable[[int], None] | None = None,
         on_retry: Callable[[str], None] | None = None,
         on_pass: Callable[[], None] | None = None,
+        timing: Timing = DEFAULT_TIMING,
     ) -> None:
         self._client = client
         self._node = node
@@ -249,6 +254,13 @@ class Publisher:
         self._on_pass = on_pass or (lambda: None)
         self.publishes = 0
         self.api_errors = 0
+        # Every event of the slice wakes the loop: a wipe shows as DELETED, a foreign edit as
+        # MODIFIED; the loop's pass compares and writes only on a difference.
+        self.informer = Informer(
+            LightkubeSource(client, ResourceSlice, name=slice_name(node)),
+            on_change=lambda _kind, _obj: self._wake.set(),
+            on_retry=lambda _what: self._on_retry("resourceslice-watch"), timing=timing)
+        self._stale = False
 
     @property
     def name(self) -> str:
@@ -271,34 +283,20 @@ class Publisher:
 
     async def run(self) -> None:
         """Publish now, then on every change, on every event of the slice (a wipe shows as
-        DELETED) and every `resync` seconds (covering a broken watch); until cancelled."""
-        watcher = asyncio.create_task(self._watch())
+        DELETED) and every `resync` seconds a check against the watch's cache; until
+        cancelled. A failure of the watch no retry mends (403) ends it."""
+        watcher = asyncio.create_task(self.informer.run())
         try:
-            await self._loop()
+            await self._loop(watcher)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
-    async def _watch(self) -> None:
+    async def _loop(self, watcher: asyncio.Task[None]) -> None:
         while True:
-            try:
-                async for op, _ in self._client.watch(
-                    ResourceSlice, fields={"metadata.name": self.name}
-                ):
-                    if op in ("DELETED", "MODIFIED"):
-                        self._wake.set()
-            except Exception as err:
-                failure = from_lightkube(err, f"watch ResourceSlice {self.name}")
-                if failure is None or not failure.retryable:
-                    raise
-                # The periodic resync covers the gap until the watch is back.
-                log.info("%s; watching again in %gs", failure, self._resync)
-                self._on_retry("resourceslice-watch")
-            await asyncio.sleep(self._resync)
-
-    async def _loop(self) -> None:
-        while True:
+            if watcher.done():
+                watcher.result()  # raises what ended the watch
             self._wake.clear()
             try:
                 await self.sync()
@@ -322,13 +320,15 @@ class Publisher:
                 raise PublishError(str(err)) from err
 
     def _count_error(self, code: int) -> None:
+        if code == 409:  # the cache was behind the API: the retry reads the slice
+            self._stale = True
         self.api_errors += 1
         if self._on_error is not None:
             self._on_error(code)
 
     async def _sync_once(self) -> Sync:
         wanted = with_taint(self._devices, tainted=self._tainted)
-        stored = await self._get()
+        stored = await self._stored()
         if stored is None:
             return await self._create(wanted)
         spec = stored.get("spec") or {}
@@ -357,6 +357,7 @@ class Publisher:
 
     def _after_write(self, wanted: list[JsonObject], written: JsonObject) -> None:
         self.publishes += 1
+        self.informer.observe(written)
         if self._on_publish is not None:
             self._on_publish()
         sent = any(d.get("taints") for d in wanted)
@@ -366,6 +367,18 @@ class Publisher:
             log.warning("the apiserver dropped the device taints (DRADeviceTaints is off); "
                         "health is reported through the kubelet stream only")
             self._taints_dropped = True
+
+    async def _stored(self) -> JsonObject | None:
+        """The slice as the watch's cache holds it (in the model's shape, as a GET gives it);
+        read from the API before the watch's first list and after a conflict."""
+        if self.informer.synced.is_set() and not self._stale:
+            cached = self.informer.get(self.name)
+            return None if cached is None else _load(cached).to_dict()
+        found = await self._get()
+        self._stale = False
+        if found is not None:
+            self.informer.observe(found)
+        return found
 
     async def _get(self) -> JsonObject | None:
         try:

@@ -290,3 +290,43 @@ def test_update_keeps_time_added_of_unchanged_taints(fake: FakeKube, tmp_path: P
     times = {d["name"]: d["taints"][0]["timeAdded"] for d in _stored(fake)["spec"]["devices"]}
     assert times["card0-hdmi-a-1"] == old
     assert times["card0-dp-1"] != old
+
+
+def test_an_idle_publisher_sends_nothing_and_a_change_only_its_write(
+        fake: FakeKube, tmp_path: Path) -> None:
+    cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
+                  sysfs_tree.SimConnector(type="DP", status="disconnected"))
+    sysfs = sysfs_tree.sysfs_root(tmp_path)
+    passes = 0
+
+    def passed() -> None:
+        nonlocal passes
+        passes += 1
+
+    async def scenario(client: AsyncClient) -> tuple[list[str], list[str]]:
+        publisher = slices.Publisher(client, node=NODE, resync=0.01, backoff=FAST,
+                                     on_pass=passed)
+        publisher.update(slices.build_devices(cards))
+        task = asyncio.create_task(publisher.run())
+        try:
+            while publisher.publishes < 1 or fake.open_watches < 1:
+                await asyncio.sleep(0.01)
+            fake.requests.clear()
+            start = passes
+            while passes < start + 20:  # twenty resync checks
+                await asyncio.sleep(0.01)
+            idle = [f"{r.method} {r.path}" for r in fake.request_log()]
+            sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=_edid(name="B"))
+            publisher.update(slices.build_devices(
+                drm.enumerate_cards(sysfs_root=sysfs, dev_root=sysfs_tree.dev_root(tmp_path))))
+            assert await publisher.sync() == "updated"
+            start = passes
+            while passes < start + 5:
+                await asyncio.sleep(0.01)
+            return idle, [f"{r.method} {r.path}" for r in fake.request_log()]
+        finally:
+            task.cancel()
+
+    idle, changed = _run(fake, scenario)
+    assert idle == []
+    assert changed == [f"PUT /apis/resource.k8s.io/v1/resourceslices/{slices.slice_name(NODE)}"]

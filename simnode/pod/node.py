@@ -23,7 +23,6 @@ import select
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -45,14 +44,12 @@ from simnode.pod.manifest import PodTemplate, daemonset, load_documents, pod_tem
 from simnode.pod.podman import PodmanLauncher
 from simnode.pod.runner import PodRunner
 from simnode.pod.tokens import AccountProjection
-from simnode.pod.volumes import PodVolumes, clear, project
+from simnode.pod.volumes import PodVolumes, SecretVolumes
 from simnode.up import UpError, serve_monitors, stop_monitors, use_trixie_compositor
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S: Final = 120.0
-SECRET_SYNC_S: Final = 1.0
-"""How often the kubelet re-reads a Secret volume's Secret (a real one: about a minute)."""
 XVFB_SCREEN: Final = "4096x2160x24"
 # The pod's containers listen on the manifest's ports on the host's network: one pod-runner
 # node per machine at a time, the next one (a test beside another) waits for the lock.
@@ -105,8 +102,7 @@ class RunningPod:
         self.logs = config.logs / f"pod-{number}-{self.name}"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.volumes = PodVolumes(self.template, host_root=config.host, pod_dir=self.dir)
-        self._stop = threading.Event()
-        self._secrets: threading.Thread | None = None
+        self.secrets: SecretVolumes | None = None
         cdi = {}
         for claim in self.template.claim_templates:
             cdi.update(simcard.claim_edits(claim, simcard.ALLOCATION, node.devices))
@@ -143,36 +139,18 @@ class RunningPod:
         self.build_images()
         self.volumes.create()
         self.account.start()
-        self._sync_secrets()
-        self._secrets = threading.Thread(target=self._keep_secrets, name="secret volumes",
-                                         daemon=True)
-        self._secrets.start()
+        self.secrets = SecretVolumes(
+            self.node.cluster.kubelet.endpoint, self.template.namespace,
+            {v.secret_name: self.volumes.source(v.name)
+             for v in self.template.volumes.values() if v.kind == "secret"})
+        self.secrets.start(timeout_s=self.node.config.start_timeout_s)
         self.runner.start(timeout_s=self.node.config.start_timeout_s)
 
-    def _sync_secrets(self) -> None:
-        for volume in self.template.volumes.values():
-            if volume.kind != "secret":
-                continue
-            files = self.node.cluster.secret(self.template.namespace, volume.secret_name)
-            directory = self.volumes.source(volume.name)
-            if files is None:
-                clear(directory)
-            elif project(directory, files):
-                log.info("projected Secret %s into volume %s", volume.secret_name, volume.name)
-
-    def _keep_secrets(self) -> None:
-        while not self._stop.wait(SECRET_SYNC_S):
-            try:
-                self._sync_secrets()
-            except Exception:  # a failed read leaves the last projection, as the kubelet does
-                log.exception("syncing Secret volumes failed")
-
     def stop(self) -> None:
-        self._stop.set()
         self.runner.stop()
         self.account.stop()
-        if self._secrets is not None:
-            self._secrets.join(30)
+        if self.secrets is not None:
+            self.secrets.stop()
         self.volumes.remove()
         self.node.cluster.delete_pod(self.object, self.claims)
 

@@ -58,7 +58,7 @@ USER_RULES: Final = (
     _rule([""], ["pods"], ["create", "delete"]),
     _rule([""], ["pods/status"], ["patch"]),
     _rule([""], ["serviceaccounts/token"], ["create"]),
-    _rule([""], ["secrets"], ["get"]),
+    _rule([""], ["secrets"], ["get", "list", "watch"]),
     # what `up` and `status` print; `simnode claim`'s claims, allocated as the scheduler would
     _rule(["display.liken.sh"], ["displays"], ["list"]),
     _rule(["resource.k8s.io"], ["resourceclaims"], ["list", "create", "delete"]),

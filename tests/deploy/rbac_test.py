@@ -18,7 +18,7 @@ from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, rende
 EXPECTED: dict[tuple[str, str, str, str], str] = {
     **{
         ("resource.k8s.io", "resourceslices", verb, "cluster"): "operator"
-        for verb in ("create", "get", "watch", "update")
+        for verb in ("create", "get", "list", "watch", "update")
     },
     ("resource.k8s.io", "resourceclaims", "get", "cluster"): "operator",
     ("resource.k8s.io", "resourceclaims/status", "patch", "cluster"): "operator",
@@ -32,7 +32,7 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
     },
     ("display.liken.sh", "displays/status", "patch", "cluster"): "operator",
     ("", "nodes", "get", "cluster"): "operator",
-    ("", "pods", "get", "namespace"): "operator",
+    **{("", "pods", verb, "namespace"): "operator" for verb in ("get", "list", "watch")},
     ("authentication.k8s.io", "tokenreviews", "create", "cluster"): "capture",
     ("authorization.k8s.io", "subjectaccessreviews", "create", "cluster"): "capture",
 }
