@@ -1,19 +1,21 @@
 """The API server options every binary that talks to Kubernetes shares, and their endpoint.
 
 With none of them, in a pod, the endpoint is the pod's own service account
-(`libdisplay.kubeaccess.discover`). Kept light: only click, no TLS or YAML until discovery.
+(`libdisplay.kubeaccess.discover`). Kept light: only click until discovery.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from libdisplay import kubeaccess
 from libdisplay.cli import compose
+
+if TYPE_CHECKING:
+    from libdisplay import kubeaccess
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +47,8 @@ def api_options(command: F) -> F:
 
 def endpoint(options: dict[str, Any]) -> kubeaccess.Endpoint:
     """The endpoint `api_options`' values name (NoEndpointError when none applies)."""
+    from libdisplay import kubeaccess  # not at import: every binary's `--help` comes here
+
     return kubeaccess.discover(**access_arguments(options))
 
 

@@ -64,16 +64,44 @@ run() {
 # installs no `python3` name.
 declare -A base_packages=(
   [python]="python3.11"
-  [operator]="python3.11,weston,wayland-utils"
   [weston]="python3.13,weston,wayland-utils"
   [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
   [ffmpeg]="python3.11,ffmpeg,openssl,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
   [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil,libddcutil4"
 )
 declare -A base_suite=(
-  [python]=bookworm [operator]=bookworm [weston]=trixie [weston-build]=trixie
+  [python]=bookworm [weston]=trixie [weston-build]=trixie
   [ffmpeg]=bookworm [cli]=bookworm
 )
+
+# What a runtime base keeps after images/prune.py (a customize hook): the files its
+# containers run or dlopen(); the packages whose shared objects none of them loads go
+# (deploy/README.md, "Image weight"). The python base holds nothing to prune (python3.11
+# and the essential set); build-only bases and the cli base are not pruned.
+lib=/usr/lib/x86_64-linux-gnu
+prune_args() {
+  local python
+  python=$(grep -o 'python3\.[0-9]*' <<<"${base_packages[$1]}" | head -n 1)
+  [[ -n $python ]] || return 0
+  local keep=("/usr/bin/$python" "/usr/lib/$python/lib-dynload/*.so")
+  case $1 in
+    weston)
+      # The backends and plugins the pod never loads (RDP, VNC, PipeWire, remoting) carry
+      # the codec and streaming stacks; weston-simple-shm stays for the consumer smoke.
+      keep+=(/usr/bin/weston /usr/bin/wayland-info /usr/bin/weston-simple-shm
+        "$lib/libweston-14/*.so" "$lib/weston/*.so" "$lib/gbm/*.so" "$lib/libEGL_mesa.so.0")
+      printf '%q ' --keep "${keep[@]}" \
+        --drop "$lib/libweston-14/rdp-backend.so" "$lib/libweston-14/vnc-backend.so" \
+        "$lib/libweston-14/pipewire-*.so" "$lib/libweston-14/remoting-plugin.so" \
+        --purge iso-codes shared-mime-info \
+        --protect "$python" "lib$python-stdlib" weston libweston-14-0 wayland-utils ;;
+    ffmpeg)
+      keep+=(/usr/bin/ffmpeg /usr/bin/openssl "$lib/dri/*_drv_video.so")
+      printf '%q ' --keep "${keep[@]}" --purge shared-mime-info \
+        --protect "$python" "lib$python-stdlib" ffmpeg openssl intel-media-va-driver \
+        i965-va-driver mesa-va-drivers ;;
+  esac
+}
 
 # The host's sources name bookworm's suites; a trixie base takes the same
 # mirrors with the suite names changed (bookworm's keyring holds trixie's keys).
@@ -89,8 +117,13 @@ sources_for() {
 # A base is tagged with its suite and a digest of what makes it, so a changed
 # package list makes a new base and an unchanged one is reused.
 base() {
-  local name=$1 suite=${base_suite[$1]} digest
-  digest=$(printf '%s\n' "$suite" "${base_packages[$name]}" | sha256sum | cut -c1-12)
+  local name=$1 suite=${base_suite[$1]} digest prune
+  prune=$(prune_args "$name")
+  local python=${prune:+$(grep -o 'python3\.[0-9]*' <<<"${base_packages[$name]}" | head -n 1)}
+  digest=$( (printf '%s\n' "$suite" "${base_packages[$name]}" ${prune:+"$prune"}
+             # (a test's sandbox may hold build.sh without it: its plan only names bases)
+             [[ -z $prune || ! -f $images/prune.py ]] || cat "$images/prune.py") \
+           | sha256sum | cut -c1-12)
   local image="localhost/display-base-$name:$suite-$digest"
   if ! $dry_run && podman image exists "$image"; then
     echo "$image"
@@ -103,6 +136,9 @@ base() {
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    ${prune:+--customize-hook="copy-in $images/prune.py /tmp"} \
+    ${prune:+--customize-hook="chroot \"\$1\" /usr/bin/$python /tmp/prune.py $prune"} \
+    ${prune:+--customize-hook='rm -f "$1/tmp/prune.py"'} \
     "$suite" "$rootfs" "$(sources_for "$suite")" >&2
   run podman import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin' \
@@ -122,7 +158,6 @@ if ! $dry_run; then
 fi
 
 python_base=$(base python)
-operator_base=$(base operator)
 weston_base=$(base weston)
 build_base=$(base weston-build)
 ffmpeg_base=$(base ffmpeg)
@@ -135,7 +170,7 @@ run podman build -f "$images/weston/Dockerfile" \
   --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
   -t "$registry/display-weston:$tag" "$repo_root"
 run podman build -f "$images/operator/Dockerfile" \
-  --build-arg BASE_IMAGE="$operator_base" \
+  --build-arg BASE_IMAGE="$python_base" \
   -t "$registry/display-operator:$tag" "$repo_root"
 run podman build -f "$images/capture/Dockerfile" \
   --build-arg BASE_IMAGE="$ffmpeg_base" \

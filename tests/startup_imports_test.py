@@ -1,0 +1,100 @@
+"""`--help` and the read-only diagnosis commands of every built PEX import only what they use.
+
+Each case runs inside the PEX's own interpreter (`PEX_INTERPRETER=1`, so the locked versions of
+click and the rest) and lists the modules the command loaded beyond what click and pathlib load
+themselves: click 8.2+ imports uuid (and so platform) and datetime, and Python 3.11.4+'s pathlib
+imports urllib.parse and with it ipaddress, so those are the framework's cost, not ours. What is
+left must hold none of HEAVY: the Kubernetes access layer, the API and RPC stacks, TLS, YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from libdisplay.edid_build import EdidParams, build_edid
+from tests.binaries import pex_env, pex_path
+
+# Module names, or prefixes ending in ".", that a `--help` or a diagnosis never needs.
+HEAVY = (
+    "libdisplay.kubeaccess", "libdisplay.kubeapi", "libdisplay.kubeaiohttp",
+    "libdisplay.kubeconfig", "libdisplay.kubeerrors", "libdisplay.kubelightkube",
+    "libdisplay.kubetls", "libdisplay.lightkubeerrors",
+    "lightkube", "lightkube.", "kubernetes", "kubernetes.", "aiohttp", "aiohttp.",
+    "grpc", "grpc.", "google.protobuf", "google.protobuf.", "yaml", "yaml.",
+    "prometheus_client", "prometheus_client.", "pyudev", "pyudev.", "httpx", "httpx.",
+    "httpcore", "httpcore.", "anyio", "anyio.",
+    "ssl", "asyncio", "asyncio.", "concurrent.futures", "http.client", "urllib.request",
+    "email", "email.", "ipaddress", "uuid", "multiprocessing", "multiprocessing.",
+)
+
+# Runs in the PEX's interpreter: the command with standalone_mode=False (so a failing
+# diagnosis, e.g. no compositor to ping, still reports), then the modules it added.
+_PROBE = """
+import json, sys
+import click, pathlib
+framework = set(sys.modules)
+module, prog, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+cli = __import__(module, fromlist=["cli"]).cli
+try:
+    cli.main(args=args, prog_name=prog, standalone_mode=False)
+except (Exception, SystemExit):
+    pass
+print(json.dumps(sorted(set(sys.modules) - framework)))
+"""
+
+CASES = [
+    ("declare", "--help"),
+    ("declare", "declare --help"),
+    ("declare", "connectors --help"),
+    ("declare", "connectors --sysfs-root={empty} --dev-root={empty}"),
+    ("declare", "edid --help"),
+    ("declare", "edid {empty}/monitor.bin"),
+    ("westonctl", "--help"),
+    ("westonctl", "weston --help"),
+    ("westonctl", "ping --help"),
+    ("westonctl", "ping --runtime-dir={empty}"),
+    ("westonctl", "outputs --runtime-dir={empty}"),
+    ("draplugin", "--help"),
+    ("draplugin", "operator --help"),
+    ("draplugin", "checkpoint --help"),
+    ("draplugin", "cdi --help"),
+    ("draplugin", "ddc --help"),
+    ("draplugin", "dry-run --help"),
+    ("capture", "--help"),
+    ("capture", "capture --help"),
+    ("capture", "outputs --help"),
+    ("capture", "shoot --help"),
+]
+
+
+def heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules
+            if any(m.startswith(h) if h.endswith(".") else m == h for h in HEAVY)]
+
+
+def loaded_by(binary: str, args: list[str], pex_root: Path, cwd: Path) -> list[str]:
+    # Not in the sandbox's root: `-c` puts the working directory first on sys.path, and the
+    # sandbox's partial source tree would shadow the PEX's own packages.
+    done = subprocess.run(
+        [str(pex_path(binary)), "-c", _PROBE, f"{binary}.main", binary, *args],
+        capture_output=True, text=True, timeout=300, check=False, cwd=cwd,
+        env=pex_env(pex_root, PEX_INTERPRETER="1"),
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return modules
+
+
+@pytest.mark.parametrize(("binary", "command"), CASES, ids=[f"{b} {c}" for b, c in CASES])
+def test_command_imports_nothing_heavy(binary: str, command: str, pex_root: Path,
+                                       tmp_path: Path) -> None:
+    (tmp_path / "monitor.bin").write_bytes(build_edid(EdidParams()))
+    args = command.format(empty=tmp_path).split()
+    modules = loaded_by(binary, args, pex_root, tmp_path)
+    assert f"{binary}.main" in modules, f"the probe did not load {binary}.main: {modules}"
+    assert heavy(modules) == [], f"`{binary} {command}` imported {heavy(modules)}"
+
