@@ -1211,12 +1211,16 @@ def test_configure_changes_one_output_live(
     assert state.scale == change.get("scale", 1)
     assert _states(t.control)["X3"].x == L1[0] + logical[0], "X3 not re-placed right of X2"
     # The claim's client is configured to the output's new logical size (swapped after a
-    # quarter turn) and fills every pixel of it, at the framebuffer's new size.
+    # quarter turn) and fills every pixel of it; a frame comes at the framebuffer's new size,
+    # turned upright as a person before the monitor sees it (sides swapped after a quarter
+    # turn).
     _configured(t.changed, logical)
     frame = wait_frame(
         t.compositor.capture, "X2", _every_pixel(BLUE), what="blue over every pixel of X2"
     )
-    assert (frame.header.width, frame.header.height) == pixels
+    quarter_turn = str(change.get("transform", "normal")).endswith(("90", "270"))
+    upright = (pixels[1], pixels[0]) if quarter_turn else pixels
+    assert (frame.header.width, frame.header.height) == upright
     _others_untouched(t, left_events)
     # And back: X3 returns to its place.
     t.control.configure("X2", mode=f"{L2[0]}x{L2[1]}", transform="normal", scale=1)
