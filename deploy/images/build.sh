@@ -64,13 +64,14 @@ run() {
 # installs no `python3` name.
 declare -A base_packages=(
   [python]="python3.11"
+  [operator]="python3.11,weston,wayland-utils"
   [weston]="python3.13,weston,wayland-utils"
   [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
   [ffmpeg]="python3.11,ffmpeg,openssl,intel-media-va-driver,i965-va-driver,mesa-va-drivers"
   [cli]="python3.11,weston,wayland-utils,edid-decode,ddcutil,libddcutil4"
 )
 declare -A base_suite=(
-  [python]=bookworm [weston]=trixie [weston-build]=trixie
+  [python]=bookworm [operator]=bookworm [weston]=trixie [weston-build]=trixie
   [ffmpeg]=bookworm [cli]=bookworm
 )
 
@@ -158,6 +159,7 @@ if ! $dry_run; then
 fi
 
 python_base=$(base python)
+operator_base=$(base operator)
 weston_base=$(base weston)
 build_base=$(base weston-build)
 ffmpeg_base=$(base ffmpeg)
@@ -170,7 +172,7 @@ run podman build -f "$images/weston/Dockerfile" \
   --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
   -t "$registry/display-weston:$tag" "$repo_root"
 run podman build -f "$images/operator/Dockerfile" \
-  --build-arg BASE_IMAGE="$python_base" \
+  --build-arg BASE_IMAGE="$operator_base" \
   -t "$registry/display-operator:$tag" "$repo_root"
 run podman build -f "$images/capture/Dockerfile" \
   --build-arg BASE_IMAGE="$ffmpeg_base" \
