@@ -16,9 +16,11 @@ WAIT_S: Final = 30.0
 
 
 def test_an_encoder_probe_that_cannot_start_ffmpeg_ends_the_server(tmp_path: Path) -> None:
-    # A PATH with openssl (the start-up certificate) and no ffmpeg: the probe's exec fails.
+    # A PATH with openssl (the start-up certificate) and an `ffmpeg` that cannot be executed
+    # (a directory: EACCES), so the probe's exec fails with something other than "not found"
+    # (which is an answer: software encoding, see encode_test).
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    (bin_dir / "ffmpeg").mkdir(parents=True)
     openssl = shutil.which("openssl")
     assert openssl is not None
     (bin_dir / "openssl").symlink_to(openssl)

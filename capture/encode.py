@@ -91,12 +91,19 @@ async def probe(render_node: Path | None) -> EncoderChoice:
     if render_node is None:
         return EncoderChoice("software", "no render node (/dev/dri/renderD*) was delivered",
                              cause="no-render-node")
-    proc = await asyncio.create_subprocess_exec(
-        *probe_argv(render_node),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *probe_argv(render_node),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError as err:
+        # No ffmpeg on this node is an answer, not a crash: stills need no encoder, and a clip
+        # reports its own failure. Any other failure to start it (a broken image) ends the
+        # server through its task group.
+        return EncoderChoice("software", f"cannot start {FFMPEG} for the VA-API probe: {err}",
+                             cause="probe-failed")
     try:
         _, stderr = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT_S)
     except TimeoutError:

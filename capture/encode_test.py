@@ -79,6 +79,16 @@ def test_probe_failing_here_is_software_with_ffmpegs_reason(tmp_path: Path) -> N
     assert choice.reason.startswith(f"VA-API probe on {node} failed (rc=")
 
 
+def test_probe_with_no_ffmpeg_on_the_node_is_software_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = tmp_path / "renderD128"
+    node.touch()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    choice = asyncio.run(encode.probe(node))
+    assert (choice.encoder, choice.cause) == ("software", "probe-failed")
+    assert choice.reason.startswith("cannot start ffmpeg for the VA-API probe: ")
+
+
 def test_find_render_node_prefers_the_configured_one(tmp_path: Path) -> None:
     (tmp_path / "renderD129").touch()
     (tmp_path / "renderD128").touch()
