@@ -33,7 +33,10 @@ CLAIM_COLOUR = (230, 20, 160)  # guest/scenario.py's app
 # bound leaves room for a frame edge only. Capture and dump are read from one framebuffer.
 COVERED = 0.99
 MAX_CAPTURE_DIFF = 2.0
-HOTPLUG_BOUND_S = float(os.environ.get("DISPLAY_OPERATOR_VM_HOTPLUG_BOUND", "5"))
+# A hang guard, not a budget: on virtio-gpu the slice follows a plug only after the master's
+# re-probe (a compositor restart), and the guest runs under TCG on a shared 2-core machine
+# (11 s seen with an image build beside it). The figures are printed; budgets live in bench/.
+HOTPLUG_BOUND_S = float(os.environ.get("DISPLAY_OPERATOR_VM_HOTPLUG_BOUND", "30"))
 
 
 def _pex(name: str) -> Path:
@@ -226,6 +229,8 @@ def test_unplug_and_replug_reach_the_slice_and_the_compositor(boot: dict[str, An
     assert (attributes["preferredWidth"], attributes["preferredHeight"]) == (
         {"int": 1024}, {"int": 768})
     assert qemu.ppm_size(_out(boot) / "replugged-head2.ppm") == MODES[2]
+    print(f"unplug -> slice {found['unplug_slice_s']} s, replug -> slice "
+          f"{found['replug_slice_s']} s")
     for key in ("unplug_slice_s", "replug_slice_s"):
         assert found[key] <= HOTPLUG_BOUND_S, f"{key} = {found[key]} s"
 
