@@ -7,9 +7,9 @@ claim got. At unprepare the driver takes its entries out again. The operator cal
 (synchronous) prepare and unprepare paths:
 
     writer = ClaimStatusWriter(client: lightkube.Client, pool=node_name)
-    writer.report(claim: ClaimKey, devices: Sequence[DeviceStatus], *,
+    writer.report(claim: ClaimRef, devices: Sequence[DeviceStatus], *,
                   stored: Mapping | None = None) -> WriteResult
-    writer.withdraw(claim: ClaimKey, *, stored: Mapping | None = None) -> WriteResult
+    writer.withdraw(claim: ClaimRef, *, stored: Mapping | None = None) -> WriteResult
     DeviceStatus.ready_with(AppliedOutput(device=, output=, mode=, transform=, scale=))
     DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))  # OutputState
     DeviceStatus.not_ready(device, reason, message)
@@ -46,6 +46,7 @@ from lightkube.types import PatchType
 from draplugin import conditions
 from draplugin.allocation import DRIVER
 from draplugin.apierrors import from_lightkube
+from draplugin.node.displays import ClaimRef
 from libdisplay.modes import Mode
 from libdisplay.weston import TRANSFORMS
 
@@ -83,15 +84,6 @@ class ClaimStatusWriteError(Exception):
         super().__init__(message)
         self.code = code
         self.retryable = retryable
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimKey:
-    """Which claim: its namespace and name address it, its uid tells a re-created one apart."""
-
-    namespace: str
-    name: str
-    uid: str
 
 
 class _ReportedOutput(Protocol):
@@ -206,7 +198,7 @@ class ClaimStatusWriter:
         self._attempts = attempts
         self._sleep = sleep
 
-    def report(self, claim: ClaimKey, devices: Sequence[DeviceStatus], *,
+    def report(self, claim: ClaimRef, devices: Sequence[DeviceStatus], *,
                stored: Mapping[str, Any] | None = None) -> WriteResult:
         """Set the entries of `devices` (each allocated to this driver and pool in the claim),
         keeping every other entry as it is. ClaimStatusError before any write when a device is
@@ -235,7 +227,7 @@ class ClaimStatusWriter:
 
         return self._write(claim, change, stored)
 
-    def withdraw(self, claim: ClaimKey, *,
+    def withdraw(self, claim: ClaimRef, *,
                  stored: Mapping[str, Any] | None = None) -> WriteResult:
         """Take out this driver's entries of this pool (after unprepare: nothing is applied)."""
         return self._write(claim, lambda _claim, old: [e for e in old if not self._ours(e)],
@@ -252,7 +244,7 @@ class ClaimStatusWriter:
         return {r.get("device") for r in results
                 if r.get("driver") == DRIVER and r.get("pool") == self._pool}
 
-    def _write(self, claim: ClaimKey,
+    def _write(self, claim: ClaimRef,
                change: Callable[[Mapping[str, Any], list[JsonObject]], list[JsonObject]],
                stored: Mapping[str, Any] | None) -> WriteResult:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
@@ -289,7 +281,7 @@ class ClaimStatusWriter:
             return "updated"
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _get(self, claim: ClaimKey, where: str) -> Mapping[str, Any] | None:
+    def _get(self, claim: ClaimRef, where: str) -> Mapping[str, Any] | None:
         try:
             found = self._client.get(ResourceClaim, claim.name, namespace=claim.namespace)
         except Exception as err:

@@ -11,6 +11,7 @@ import pytest
 
 from draplugin import claimstatus
 from draplugin.claimstatus import AppliedOutput, DeviceStatus
+from draplugin.node.displays import ClaimRef
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,6 @@ def test_a_device_listed_twice_is_refused_before_any_call() -> None:
     applied = AppliedOutput(device="card0-dp-1", output="DP-1", mode="1920x1080@60")
     writer = claimstatus.ClaimStatusWriter(None, pool="n1")  # type: ignore[arg-type]
     with pytest.raises(claimstatus.ClaimStatusError) as raised:
-        writer.report(claimstatus.ClaimKey("ns", "c", "u"),
+        writer.report(ClaimRef("ns", "c", "u"),
                       [DeviceStatus.ready_with(applied)] * 2)
     assert raised.value.field == "device"

@@ -209,19 +209,15 @@ def _stop_publisher(node: Any) -> None:
 def _claim_status(settings: Any, endpoint: Any) -> dict[str, Callable[..., None]]:
     """The driver's hooks that write what each prepared claim got into its ResourceClaim's
     status (draplugin.claimstatus), and take it out at release."""
-    from draplugin.claimstatus import (
-        AppliedOutput,
-        ClaimKey,
-        ClaimStatusWriter,
-        DeviceStatus,
-    )
+    from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+    from draplugin.node.displays import ClaimRef
     from libdisplay import kubelightkube
 
     writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
                                pool=settings.node_name)
 
-    def key(entry: Any) -> ClaimKey:
-        return ClaimKey(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+    def key(entry: Any) -> ClaimRef:
+        return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
 
     def applied(entry: Any, states: Any) -> None:
         writer.report(key(entry), [

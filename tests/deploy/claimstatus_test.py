@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from draplugin import claimstatus
-from draplugin.claimstatus import AppliedOutput, ClaimKey, ClaimStatusWriter, DeviceStatus
+from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+from draplugin.node.displays import ClaimRef
 from fakekube import client as fakeclient
 from fakekube import testing
 from fakekube.server import FakeKube
@@ -46,7 +47,7 @@ def _admin(fake: FakeKube, method: str, path: str, body: object) -> dict[str, An
     return result
 
 
-def _allocated_claim(fake: FakeKube, name: str) -> ClaimKey:
+def _allocated_claim(fake: FakeKube, name: str) -> ClaimRef:
     """A claim the scheduler allocated: our device and another driver's, whose status that
     driver already wrote."""
     created = _admin(fake, "POST", CLAIMS, testing.resource_claim(name, namespace=NAMESPACE))
@@ -55,7 +56,7 @@ def _allocated_claim(fake: FakeKube, name: str) -> ClaimKey:
                {"request": "screen", "driver": "gpu.example.com", "pool": NODE, "device": "gpu0"}]
     _admin(fake, "PATCH", f"{CLAIMS}/{name}/status",
            {"status": {"allocation": {"devices": {"results": results}}, "devices": [OTHER]}})
-    return ClaimKey(NAMESPACE, name, created["metadata"]["uid"])
+    return ClaimRef(NAMESPACE, name, created["metadata"]["uid"])
 
 
 def _writer(fake: FakeKube) -> ClaimStatusWriter:
@@ -139,7 +140,7 @@ def test_a_claim_gone_or_recreated_is_left_alone(fake: FakeKube) -> None:
     writer = _writer(fake)
     assert writer.report(claim, [DeviceStatus.ready_with(APPLIED)]) == "missing"
     assert _devices(fake, "again") == [OTHER]
-    assert writer.report(ClaimKey(NAMESPACE, "never", "u"),
+    assert writer.report(ClaimRef(NAMESPACE, "never", "u"),
                          [DeviceStatus.ready_with(APPLIED)]) == "missing"
     assert writer.report(recreated, [DeviceStatus.not_ready(
         "card0-hdmi-a-1", "ModeNotOffered", "offered: 1920x1080@60")]) == "updated"
