@@ -211,9 +211,12 @@ def test_hotplug_off_drops_the_device_and_on_brings_it_back(sim: Sim) -> None:
              timeout=HOTPLUG_TIMEOUT_S, what="slice drops card0-dp-2")
     assert "sim-node-1.card0-dp-2: connected=False" in sim.run("status")
     sim.run("hotplug", "card0-dp-2", "--on")
+    # The operator probes a plugged monitor's DDC/CI; a monitor holds one request at a time,
+    # so the test reads once the probe's result is in the slice, as ddcutil beside it would.
+    sim.wait(lambda: _ddc_attributes(sim).get("card0-dp-2") is True,
+             timeout=HOTPLUG_TIMEOUT_S, what="slice lists card0-dp-2 again, ddc=true")
+    assert set(sim.devices()) == set(DEVICES)
     assert _brightness(bus) == 75, "plugged back, the monitor answers DDC/CI again"
-    sim.wait(lambda: set(sim.devices()) == set(DEVICES), timeout=HOTPLUG_TIMEOUT_S,
-             what="slice lists card0-dp-2 again")
 
 
 def _tainted(sim: Sim) -> bool:

@@ -204,14 +204,25 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
     with _operator(node, fake, pex_root, port, "--liveness-timeout=2") as operator:
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=10.0,
                             what="liveness passes")
+        # The slice's and the Displays' watches open: the loop reads the slice from its cache.
+        operator.wait_until(lambda: fake.open_watches >= 2, timeout=10.0,
+                            what="the operator's watches are open")
         fake.set_outage("slow", delay=STALL_S)
+        # Idle, the loop checks the watch's cache and never waits on the API: a slow API
+        # stalls it only once it has a write to make.
+        _hold(operator, 3.0, "idle while every API answer is delayed")
+        assert _get(port, "/healthz")[0] == 200, "an idle loop does not wait on a slow API"
+        hotplug(node.root, "card0-DP-1", status="disconnected")
+        operator.send_signal(signal.SIGHUP)
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 503, timeout=STALL_S + 10,
-                            what="liveness fails while every API answer is delayed")
+                            what="liveness fails while the slice's write is not answered")
         status, text = _get(port, "/healthz")
         print(f"while stalled: {status} {text.strip()}")
         fake.set_outage(None)
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=STALL_S * 2 + 10,
                             what="liveness passes again once answers come")
+        operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0,
+                            what="the delayed write reaches the slice")
         assert not operator.exited()
 
 
