@@ -2,7 +2,8 @@
 
 Frames arrive as the layout module's raw pixels and go to one ffmpeg process per request on
 stdin. Clips use VA-API (`h264_vaapi`) on the render node when the start-up probe could encode
-a few frames there, otherwise libx264 `ultrafast` (the cheapest preset in memory, weston.md §6).
+a few frames there, otherwise libx264 `ultrafast` (the cheapest preset in memory,
+docs/capture.md §6).
 Which one ran is never silent: `EncoderChoice` carries the encoder and the reason, and the
 server puts both in a header, a metric label and the log. The server asks the module for
 frames within MAX_SIDE, which it shrinks by an integer factor, so clips are encoded at the size
@@ -45,10 +46,6 @@ _FFMPEG_PIX_FMT: Final[dict[PixelFormat, str]] = {
 
 class EncodeError(Exception):
     """Base of every error this module raises."""
-
-
-class FfmpegError(EncodeError):
-    """ffmpeg exited non-zero or was killed; the message has the tail of its stderr."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ def test_probe_without_render_node_is_software_with_reason() -> None:
 
 
 def test_probe_failing_here_is_software_with_ffmpegs_reason(tmp_path: Path) -> None:
-    # No VA-API on this machine: ffmpeg's device creation fails fast (reference/weston.md §6).
+    # No VA-API on this machine: ffmpeg's device creation fails fast (docs/capture.md §6).
     node = tmp_path / "renderD128"
     node.touch()
     choice = asyncio.run(encode.probe(node))

@@ -28,8 +28,8 @@ DEFAULT_ADDR: Final = ":9201"
 DEFAULT_WESTON_INI: Final = Path("/etc/weston/weston.ini")
 DEFAULT_TLS_DIR: Final = Path("/var/run/display-capture-tls")
 # Every frame is at most 1080p (the layout module shrinks larger outputs), and ultrafast x264
-# on 1080p peaks at 129 MiB (weston.md §6; ~100 MiB in bench/capture): two of them beside this
-# server (~60 MiB) and two frames in flight stay inside the 384Mi limit with margin.
+# on 1080p peaks at 129 MiB (docs/capture.md §6; ~100 MiB in bench/capture): two of them
+# beside this server (~60 MiB) and two frames in flight stay inside the 384Mi limit with margin.
 DEFAULT_MAX_ENCODES: Final = 2
 # A connection costs up to ~330 KiB (asyncio's 256 KiB TLS buffer, OpenSSL's, aiohttp's): 128
 # of them are ~42 MiB, inside the margin the encode bound leaves.

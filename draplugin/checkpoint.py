@@ -5,7 +5,7 @@ devices (with the output and CDI IDs each was given), decoded config and state. 
 means a prepare began and may have left part of its writes; `prepared` means every write is
 done and the kubelet got the answer; `unpreparing` means an unprepare began. A file of an
 unknown version or that does not parse raises `CheckpointError`: resetting it would lose
-prepared claims the kubelet never asks about again (reference/dra.md §6.1).
+prepared claims the kubelet never asks about again (docs/dra.md §6, item 1).
 """
 
 from __future__ import annotations

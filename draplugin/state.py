@@ -118,13 +118,14 @@ class DdcHook(Protocol):
 
 
 class NoDdc:
-    """Refuses every DDC/CI setting (the operator without its node publisher)."""
+    """Refuses every DDC/CI setting: without its node publisher (`--no-publish`) the operator
+    knows no monitor's i2c bus."""
 
     def plan(self, connector: drm.Connector, config: DisplayConfig) -> DdcPlan | None:
         if config.ddc_settings:
             raise DdcNotSupportedError(
                 f"DDC/CI settings ({', '.join(config.ddc_settings)}) for {connector.name} "
-                "are not supported yet"
+                "need the node publisher, which maps monitors to their i2c buses (--publish)"
             )
         return None
 

@@ -16,7 +16,7 @@ HDMI-A-1`), and, for a claim of one monitor, plain `DISPLAY_OUTPUT`.
 
 `cdiVersion` is the lowest the spec needs, as the CDI library's `MinimumRequiredVersion`
 computes it: the spec uses only 0.3.0 fields (env, mounts without `type`), and a device name
-starting with a digit, as a claim UID may, needs 0.5.0 (`reference/dra.md` §4). The file is
+starting with a digit, as a claim UID may, needs 0.5.0 (docs/dra.md §4). The file is
 JSON, which is YAML, so the `.yaml` name the CDI library itself writes holds it.
 """
 

@@ -1,7 +1,7 @@
 """DDC/CI, host side: VCP get and set, Save Current Settings, capabilities and EDID over I²C.
 
 Owns the wire format of DDC/CI 1.1 (packets, the two checksum seeds, the Null Message), the
-delays and retry limits of reference/ddc.md §4, the `Transport` interface the protocol runs
+delays and retry limits of docs/ddc.md §4, the `Transport` interface the protocol runs
 over, and `LinuxI2c`, that interface on /dev/i2c-N. The display side used in tests is
 `libdisplay.ddc_sim`; capability strings are parsed by `libdisplay.mccs`.
 
@@ -255,7 +255,7 @@ class Transport(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Delays in seconds (reference/ddc.md §4), all scaled by `multiplier`.
+    """Delays in seconds (docs/ddc.md §4), all scaled by `multiplier`.
 
     `write_to_read` is slept between a request and reading its reply. The others are the
     least time between the end of one command and the start of the next. The budgets

@@ -69,7 +69,7 @@ class Feature:
         return value in self.allowed if self.allowed else value <= self.maximum
 
 
-# Used when no values are given: the features a claim sets (ddc.md §5), on DisplayPort-1.
+# Used when no values are given: the features a claim sets (docs/ddc.md §5), on DisplayPort-1.
 DEFAULT_FEATURES: Final[Mapping[int, Feature]] = MappingProxyType({
     mccs.BRIGHTNESS: Feature(50, 100),
     mccs.CONTRAST: Feature(50, 100),
@@ -94,7 +94,7 @@ class Faults:
     - `bus_errno`: every transfer fails with this errno, as a broken adapter does.
     - `endless_capabilities`: the string repeats forever instead of ending.
     - `unsupported_reply`: how a Get VCP of an unknown code is answered: result code 0x01
-      ("rc"), a Null Message ("null"), or a reply of zeros ("zeros") (ddc.md §2).
+      ("rc"), a Null Message ("null"), or a reply of zeros ("zeros") (docs/ddc.md §2).
     """
 
     null_replies: int = 0

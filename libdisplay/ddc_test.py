@@ -109,7 +109,7 @@ def _indexed_caps_files() -> list[str]:
 CAPS_FILES = _indexed_caps_files()
 
 
-# --- Packets against the worked bytes of reference/ddc.md ---------------------------------
+# --- Packets against the test vectors of docs/ddc.md §2 ------------------------------
 
 
 @pytest.mark.parametrize(

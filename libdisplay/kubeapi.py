@@ -2,7 +2,7 @@
 
 `declare` reads a handful of Display objects once per pod start inside a 64Mi container
 with a 0.3 s budget from start to file. lightkube's import alone peaks at ~32 MB RSS and
-takes ~0.2 s (reference/kubernetes.md; bench/declare measures it), so this module does the
+takes ~0.2 s (docs/kubernetes.md §2; bench/declare measures it), so this module does the
 one thing declare needs — GET an object by path with the pod's service-account token — and
 the long-running binaries use lightkube for everything else. Where the server is and how to
 authenticate come from `libdisplay.kubeaccess`, as for every other client.

@@ -3,7 +3,7 @@
 Owns two things: the parser for the string a display returns to a Capabilities Request
 (DDC/CI 0xF3), and the names of VCP feature codes and of the values of the common ones.
 
-The grammar follows ddcutil's parser and what real displays send (reference/ddc.md §6):
+The grammar follows ddcutil's parser and what real displays send (docs/ddc.md §6):
 `( segment* )`, each segment `name(value)`, with the outer parentheses sometimes missing
 (Apple) or doubled at the end (AOC), `vcp(...)` lists of hex codes that may run together
 (`02030405`) and carry nested value lists (`F7(01(01) 02 09(01 02(00 03)))`), and names that
@@ -447,7 +447,7 @@ def _table(text: str) -> Mapping[int, str]:
     return MappingProxyType({int(code, 16): name for code, name in rows})
 
 
-# MCCS 2.x names, one per code, from ddcutil's vcp_code_table (reference/ddc.md appendix).
+# MCCS 2.x names, one per code, from ddcutil's vcp_code_table (docs/ddc.md §5).
 FEATURE_NAMES: Final = _table("""
 01 Degauss
 02 New control value
@@ -602,7 +602,7 @@ DF VCP Version
 """)
 
 # Values of the non-continuous features a claim or a person sets, read from SL
-# (reference/ddc.md §5; ddcutil's value tables, monitorcontrol's enums agree).
+# (docs/ddc.md §5; ddcutil's value tables, monitorcontrol's enums agree).
 INPUT_SOURCES: Final = _table("""
 01 VGA-1
 02 VGA-2

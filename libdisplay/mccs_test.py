@@ -50,7 +50,7 @@ def _nested(depth: int) -> tuple[VcpValue, ...]:
 
 
 # Where the collector's naive scanner saw one segment name, this parser separates the stray
-# text glued to it (reference/ddc.md §6); each is also a warning.
+# text glued to it (docs/ddc.md §6); each is also a warning.
 GLUED = {
     "UL550_500cmds": ("UL550_500", "cmds"),
     "UN880cmds": ("UN880", "cmds"),

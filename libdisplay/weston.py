@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 _Choice = TypeVar("_Choice", bound=str)
 
-WESTON_INI = Path("/etc/weston/weston.ini")
 RESTARTS_DIR = Path("/etc/weston/restarts")
 
 Transform = Literal[
@@ -595,20 +594,6 @@ def _choice(section: Section, key: str, choices: tuple[_Choice, ...]) -> _Choice
     raise WestonIniError(
         f"must be one of {', '.join(choices)}", section=section.name, key=key, value=value
     )
-
-
-def read_weston_ini(path: Path = WESTON_INI) -> WestonIni:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise WestonError(f"cannot read {path}: {err}") from err
-    return WestonIni.parse(text)
-
-
-def write_weston_ini(ini: WestonIni, path: Path = WESTON_INI) -> None:
-    """Replace `path` atomically: weston, started at any moment, reads a whole file."""
-    ini.check()
-    fsutil.atomic_write(path, ini.render(), mode=0o644)
 
 
 # --- restart orders -------------------------------------------------------------------------

@@ -198,16 +198,6 @@ def test_new_output_after_a_preamble_gets_a_blank_line() -> None:
     assert ini.render() == "# generated\n\n[output]\nname=X1\n"
 
 
-def test_write_and_read_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "weston.ini"
-    weston.write_weston_ini(WestonIni.parse(SAMPLE), path)
-    assert path.read_text() == SAMPLE
-    assert (path.stat().st_mode & 0o777) == 0o644
-    assert weston.read_weston_ini(path) == WestonIni.parse(SAMPLE)
-    with pytest.raises(weston.WestonError, match="cannot read"):
-        weston.read_weston_ini(tmp_path / "missing.ini")
-
-
 # --- bad input --------------------------------------------------------------------------------
 
 

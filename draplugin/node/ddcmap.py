@@ -65,10 +65,6 @@ class DdcSettingError(DdcMapError):
         self.setting = setting
 
 
-class NoBusError(DdcMapError):
-    """No i2c bus is known for the connector."""
-
-
 def delivered_buses(dev_root: Path) -> tuple[int, ...]:
     """The `/dev/i2c-N` nodes present (the ones the claim delivered), by number."""
     try:
@@ -235,8 +231,8 @@ class DdcApplyError(DdcMapError):
 
 
 class ClaimDdc:
-    """Part 1's `DdcHook`: checks a claim's DDC/CI settings (`plan`, no I/O) and applies them
-    once the claim is checkpointed (`apply`)."""
+    """The claim driver's `DdcHook` (draplugin.state): checks a claim's DDC/CI settings
+    (`plan`, no I/O) and applies them once the claim is checkpointed (`apply`)."""
 
     def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]],
                  on_applied: Callable[[str, DisplayConfig], None] | None = None) -> None:

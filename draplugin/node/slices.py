@@ -1,11 +1,11 @@
 """The node's ResourceSlice: one device per connected monitor, published and kept published.
 
-`build_devices` turns `libdisplay.drm` cards into `resource.k8s.io/v1` devices (reference/dra.md
+`build_devices` turns `libdisplay.drm` cards into `resource.k8s.io/v1` devices (docs/dra.md
 §3.1): names are DNS labels (`card0-hdmi-a-1`), attribute names C identifiers, at most 32
 attributes per device, strings cleaned and cut to 64 characters so an odd EDID never gets the
 slice rejected. `Publisher` owns the one slice of this node's pool (pool = node name, owned by
 the Node): it writes it at start, again only when its content changes, recreates it when the
-kubelet wipes it (dra.md §1), and carries the compositor-unavailable taint on every device.
+kubelet wipes it (docs/dra.md §1), and carries the compositor-unavailable taint on every device.
 It follows its slice with a watch (`libdisplay.kubewatch`): each check compares against the
 watch's cache, so an idle node sends the API server nothing but the open watch.
 
@@ -43,7 +43,7 @@ TAINT_KEY = "display.liken.sh/compositor-unavailable"
 TAINT_EFFECT = "NoSchedule"
 MAX_STRING = 64
 MAX_ATTRIBUTES = 32
-# 128 devices per slice, but 64 once any device has a taint (dra.md §3.2), and every device
+# 128 devices per slice, but 64 once any device has a taint (docs/dra.md §3.1), and every device
 # carries one while the compositor is down: the pool is one slice of at most 64 devices.
 MAX_DEVICES = 64
 _MAX_NAME = 253

@@ -2,8 +2,8 @@
 
 `Launcher` is the seam between the runner and the container runtime: `BwrapLauncher` runs the
 container with bubblewrap from the host's files (the images' bases are the host's bookworm
-/usr, or the trixie root over it for the compositor's image); a podman launcher from the built
-images is later work and takes the same `LaunchSpec`.
+/usr, or the trixie root over it for the compositor's image); `simnode.pod.podman`'s
+`PodmanLauncher` runs the same `LaunchSpec` from the built images.
 
 Inside: the image's /usr and /etc read-only, /bin, /lib, /lib64 and /sbin as merged-usr links,
 a fresh /proc, a minimal /dev, private /tmp and /run, and then each `Bind` at its path, parents

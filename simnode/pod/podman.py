@@ -12,7 +12,7 @@ runner's RSS check still runs and rarely fires first).
 
 Namespaces of the host: the network (`--network host` on the pod's infra), as the bwrap runner
 has it: podman's bridge network makes a bridge and iptables chains on the host and is off in
-deploy/images/podman (reference/images.md), and the fake API, the kubelet stand-in's probes
+deploy/images/podman (docs/images.md), and the fake API, the kubelet stand-in's probes
 and the capture server's port are all on the host's loopback. And IPC, for Xvfb's MIT-SHM.
 
 Image tags: the manifest says `:latest`, which a registry would serve; here the images are
