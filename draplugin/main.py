@@ -4,7 +4,6 @@ node publisher of monitors."""
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -97,16 +96,13 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
 )
 def operator(**options: Any) -> None:
     """Serve the kubelet: registration and the DRA service, until SIGTERM (the main mode)."""
-    from draplugin.checkpoint import CheckpointError
-    from draplugin.state import FAULT_POINTS, Driver
+    from draplugin.state import FAULT_POINTS
 
     fault = options["fault_point"]
     if fault is not None and fault not in FAULT_POINTS:
         raise click.BadParameter(
             f"{fault!r} is not one of {', '.join(FAULT_POINTS)}", param_hint="--fault-point"
         )
-    from draplugin.kube import LightkubeKube
-    from draplugin.service import PluginServer
     from draplugin.settings import KubeAccess, Settings
 
     # lightkube's HTTP library logs every request at INFO; a person reads the plugin's lines.
@@ -136,130 +132,14 @@ def operator(**options: Any) -> None:
         delivery=options["delivery"],
         fault_point=fault,
     )
-    from draplugin.supervisor import EXIT_CODE, Supervisor
-    from libdisplay.kubeaccess import NoEndpointError
+    from draplugin.operator import Operator, OperatorError
 
     try:
-        endpoint = settings.kube.endpoint()
-    except NoEndpointError as err:
+        running = Operator.start(settings, publish=options["publish"],
+                                 metrics_addr=options["metrics_addr"])
+    except OperatorError as err:
         raise click.ClickException(str(err)) from err
-    supervisor = Supervisor()
-    node = (
-        _start_publisher(settings, metrics_addr=options["metrics_addr"],
-                         on_fatal=lambda err: supervisor.fail("the node publisher", err))
-        if options["publish"]
-        else None
-    )
-    driver = Driver(
-        settings,
-        LightkubeKube(endpoint),
-        ddc=node.runtime.ddc_hook() if node else None,
-        refuse=node.refusal if node else None,
-        on_change=node.claims_changed if node else None,
-        metrics=node.runtime.metrics if node else None,
-        # One owner of the compositor: the publisher's, counted in its metrics.
-        compositor=node.compositor if node else settings.compositor(),
-        on_applied=node.specs_applied if node else None,
-        **_claim_status(settings, endpoint),
-    )
-    try:
-        driver.recover()
-    except CheckpointError as err:
-        # Never reset it: prepared claims of running pods are only in there.
-        raise click.ClickException(f"{err}; fix or move it by hand") from err
-    if node is not None:
-        node.runtime.add_availability_listener(_restore_when_back(driver))
-        node.runtime.follow_connectors_with(
-            lambda plugged: driver.follow_connectors(plugged=plugged))
-    server = PluginServer(settings, driver, health=node.health if node else None)
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("got %s: stopping", signal.Signals(signum).name)
-        server.stop()
-
-    supervisor.attach(server.stop)
-    if supervisor.failed:
-        sys.exit(EXIT_CODE)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if node is not None:
-        # The conventional "re-read your inputs": a person who fixed a cable, or the simulated
-        # node whose uevents never reach netlink, gets the slice updated now.
-        signal.signal(signal.SIGHUP, lambda _signum, _frame: node.rescan())
-    server.start()
-    log.info("operator ready on node %s", settings.node_name)
-    try:
-        server.wait()
-    finally:
-        if node is not None:
-            _stop_publisher(node)
-    if supervisor.failed:
-        sys.exit(EXIT_CODE)
-
-
-def _stop_publisher(node: Any) -> None:
-    from draplugin.node.runtime import NodeThreadError
-
-    try:
-        node.stop()
-    except NodeThreadError as err:  # a stuck loop: the process exit ends it
-        log.error("%s", err)
-
-
-def _claim_status(settings: Any, endpoint: Any) -> dict[str, Callable[..., None]]:
-    """The driver's hooks that write what each prepared claim got into its ResourceClaim's
-    status (draplugin.claimstatus), and take it out at release."""
-    from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
-    from draplugin.node.displays import ClaimRef
-    from libdisplay import kubelightkube
-
-    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
-                               pool=settings.node_name)
-
-    def key(entry: Any) -> ClaimRef:
-        return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
-
-    def applied(entry: Any, states: Any) -> None:
-        writer.report(key(entry), [
-            DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
-            if state is not None else DeviceStatus.not_ready(
-                device, "OutputUnknown", "the compositor cannot say what this output runs at "
-                "now (not running, or without the layout module)")
-            for device, state in states.items()])
-
-    def released(entry: Any) -> None:
-        writer.withdraw(key(entry))
-
-    return {"on_claim_applied": applied, "on_claim_released": released}
-
-
-def _restore_when_back(driver: Any) -> Callable[[Any], None]:
-    """A watchdog listener: a compositor that answers again has lost every claim's socket.
-
-    The watchdog calls it on the publisher's event loop, which must not wait for the
-    driver's lock (held through a whole prepare), so the restore runs on a thread of its own.
-    """
-    import threading
-
-    def restore() -> None:
-        try:
-            driver.restore_sockets()
-        except Exception:  # the next "available" or start tries again; never silently
-            log.exception("restoring the claims' sockets failed")
-
-    def on_availability(availability: Any) -> None:
-        if availability.available:
-            threading.Thread(target=restore, name="restore-sockets", daemon=True).start()
-
-    return on_availability
-
-
-def _start_publisher(settings: Any, *, metrics_addr: str,
-                     on_fatal: Callable[[BaseException], None]) -> Any:
-    """The node publisher on its own thread (it is asyncio; the kubelet side is sync gRPC)."""
-    from draplugin.publisher import start_publisher
-
-    return start_publisher(settings, metrics_addr=metrics_addr, on_fatal=on_fatal)
+    sys.exit(running.run())
 
 
 @cli.command("checkpoint")

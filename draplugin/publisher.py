@@ -1,11 +1,12 @@
-"""The node publisher wired to the kubelet side: one object the operator starts and stops.
+"""The node publisher as the operator (`draplugin.operator`) holds it: one object it starts
+and stops.
 
 The publisher (`draplugin.node`) runs on its own asyncio thread; the kubelet side is sync
-gRPC. This module is the seam: it tells the driver why prepares must fail now (the
-watchdog's verdict), feeds the health stream, hands the DDC/CI hook to prepare, after
-every prepare/unprepare batch tells the publisher which claim holds which monitor, and
-after every derivation the driver applied writes each Display's spec outcome (its
-SpecApplied condition and observedGeneration).
+gRPC. This object answers the driver on any thread: why prepares must fail now (the
+watchdog's verdict), the health stream, the DDC/CI hook; after every prepare/unprepare batch
+it tells the publisher which claim holds which monitor, and after every derivation the
+driver applied it writes each Display's spec outcome (its SpecApplied condition and
+observedGeneration).
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""The operator as one program: the claim driver, the node publisher, the kubelet-facing gRPC
+server and the supervisor that ends them together.
+
+`Operator.start` builds and wires them in the order a restart needs (the publisher first, so
+its watchdog and compositor exist before the driver recovers its checkpoint; the driver's
+recovery before the server accepts a call), and `run` serves until SIGTERM or a background
+failure. `draplugin.main` is only the command line around it.
+
+The two sides meet here and nowhere else: the publisher (asyncio, `draplugin.publisher`)
+tells the driver why prepares must fail now, feeds its health stream, hands it the DDC/CI hook
+and the compositor, hears which claim holds which monitor, and asks it to follow a changed
+connector or Display spec; the driver (sync, on gRPC threads) restores the claims' sockets when
+the compositor comes back and writes each prepared claim's status.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from draplugin.checkpoint import CheckpointError
+from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+from draplugin.kube import LightkubeKube
+from draplugin.node.displays import ClaimRef
+from draplugin.node.runtime import NodeThreadError
+from draplugin.publisher import Publisher, start_publisher
+from draplugin.service import PluginServer
+from draplugin.settings import Settings
+from draplugin.state import Driver
+from draplugin.supervisor import EXIT_CODE, Supervisor
+from libdisplay import kubelightkube
+from libdisplay.kubeaccess import Endpoint, NoEndpointError
+
+log = logging.getLogger("draplugin")
+
+
+class OperatorError(Exception):
+    """The operator cannot start: no API endpoint, or a checkpoint it must not reset."""
+
+
+class Operator:
+    """A started operator; `run` serves until it stops and returns the exit code."""
+
+    def __init__(self, settings: Settings, *, supervisor: Supervisor,
+                 node: Publisher | None, driver: Driver, server: PluginServer) -> None:
+        self.settings = settings
+        self.supervisor = supervisor
+        self.node = node
+        self.driver = driver
+        self.server = server
+
+    @classmethod
+    def start(cls, settings: Settings, *, publish: bool, metrics_addr: str) -> Operator:
+        """Build, wire and recover; the gRPC server is made but not yet serving."""
+        try:
+            endpoint = settings.kube.endpoint()
+        except NoEndpointError as err:
+            raise OperatorError(str(err)) from err
+        supervisor = Supervisor()
+        node = (start_publisher(settings, metrics_addr=metrics_addr,
+                                on_fatal=lambda err: supervisor.fail("the node publisher", err))
+                if publish else None)
+        driver = _driver(settings, endpoint, node)
+        try:
+            driver.recover()
+        except CheckpointError as err:
+            # Never reset it: prepared claims of running pods are only in there.
+            raise OperatorError(f"{err}; fix or move it by hand") from err
+        if node is not None:
+            node.runtime.add_availability_listener(_restore_when_back(driver))
+            node.runtime.follow_connectors_with(
+                lambda plugged: driver.follow_connectors(plugged=plugged))
+        server = PluginServer(settings, driver, health=node.health if node else None)
+        supervisor.attach(server.stop)
+        return cls(settings, supervisor=supervisor, node=node, driver=driver, server=server)
+
+    def run(self) -> int:
+        """Serve the kubelet until SIGTERM/SIGINT or a background failure; the exit code."""
+        if self.supervisor.failed:
+            return EXIT_CODE
+        self._install_signals()
+        self.server.start()
+        log.info("operator ready on node %s", self.settings.node_name)
+        try:
+            self.server.wait()
+        finally:
+            self._stop_publisher()
+        return EXIT_CODE if self.supervisor.failed else 0
+
+    def _install_signals(self) -> None:
+        def on_stop(signum: int, _frame: object) -> None:
+            log.info("got %s: stopping", signal.Signals(signum).name)
+            self.server.stop()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        node = self.node
+        if node is not None:
+            # The conventional "re-read your inputs": a person who fixed a cable, or the
+            # simulated node whose uevents never reach netlink, gets the slice updated now.
+            signal.signal(signal.SIGHUP, lambda _signum, _frame: node.rescan())
+
+    def _stop_publisher(self) -> None:
+        if self.node is None:
+            return
+        try:
+            self.node.stop()
+        except NodeThreadError as err:  # a stuck loop: the process exit ends it
+            log.error("%s", err)
+
+
+def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> Driver:
+    """The claim driver, given the publisher's hooks when there is a publisher."""
+    return Driver(
+        settings,
+        LightkubeKube(endpoint),
+        ddc=node.runtime.ddc_hook() if node else None,
+        refuse=node.refusal if node else None,
+        on_change=node.claims_changed if node else None,
+        metrics=node.runtime.metrics if node else None,
+        # One owner of the compositor: the publisher's, counted in its metrics.
+        compositor=node.compositor if node else settings.compositor(),
+        on_applied=node.specs_applied if node else None,
+        **_claim_status(settings, endpoint),
+    )
+
+
+def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[..., None]]:
+    """The driver's hooks that write what each prepared claim got into its ResourceClaim's
+    status (draplugin.claimstatus), and take it out at release."""
+    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
+                               pool=settings.node_name)
+
+    def key(entry: Any) -> ClaimRef:
+        return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+
+    def applied(entry: Any, states: Any) -> None:
+        writer.report(key(entry), [
+            DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
+            if state is not None else DeviceStatus.not_ready(
+                device, "OutputUnknown", "the compositor cannot say what this output runs at "
+                "now (not running, or without the layout module)")
+            for device, state in states.items()])
+
+    def released(entry: Any) -> None:
+        writer.withdraw(key(entry))
+
+    return {"on_claim_applied": applied, "on_claim_released": released}
+
+
+def _restore_when_back(driver: Driver) -> Callable[[Any], None]:
+    """A watchdog listener: a compositor that answers again has lost every claim's socket.
+
+    The watchdog calls it on the publisher's event loop, which must not wait for the
+    driver's lock (held through a whole prepare), so the restore runs on a thread of its own.
+    """
+
+    def restore() -> None:
+        try:
+            driver.restore_sockets()
+        except Exception:  # the next "available" or start tries again; never silently
+            log.exception("restoring the claims' sockets failed")
+
+    def on_availability(availability: Any) -> None:
+        if availability.available:
+            threading.Thread(target=restore, name="restore-sockets", daemon=True).start()
+
+    return on_availability
