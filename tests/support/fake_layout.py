@@ -83,17 +83,26 @@ def serving(path: Path, module: FakeModule) -> Iterator[FakeModule]:
                     stream.write("".join(f"{a}\n" for a in module.answer(line.strip())))
                     stream.flush()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with _thread(serve, stop, server):
         yield module
-    finally:
-        stop.set()
-        thread.join(WAIT_S)
-        server.close()
 
 
 Script = Callable[[socket.socket], None]
+
+
+@contextlib.contextmanager
+def _thread(serve: Callable[[], None], stop: threading.Event,
+            listener: socket.socket) -> Iterator[None]:
+    """`serve` on its own thread for the block; then `stop` set, the thread joined (bounded)
+    and the listening socket closed."""
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(WAIT_S)
+        listener.close()
 
 
 @contextlib.contextmanager
@@ -111,14 +120,8 @@ def scripted(path: Path, script: Script) -> Iterator[Path]:
             script(conn)
             done.wait(WAIT_S)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with _thread(serve, done, listener):
         yield path
-    finally:
-        done.set()
-        thread.join(WAIT_S)
-        listener.close()
 
 
 def reads(conn: socket.socket, line: bytes) -> None:
