@@ -114,8 +114,8 @@ def test_http_reviews_against_the_fake_apiserver() -> None:
     with FakeKube() as fake:
         fake.policy.add_token("tok", "alice", groups=("viewers",), audiences=(auth.AUDIENCE,))
         fake.policy.add_token("api-tok", "alice")
-        fake.policy.allow("get", "displays", group="viewers", api_group="display.liken.sh",
-                          subresource="capture", name=DISPLAY)
+        fake.allow("get", "displays", group="viewers", api_group="display.liken.sh",
+                   subresource="capture", name=DISPLAY)
 
         async def scenario() -> None:
             reviews = HttpReviews(fake.url)

@@ -1,18 +1,14 @@
 """modes: weston.ini derived from the checkpoint's claims over the Displays, and applied.
 
-A stand-in weston (`sleep` exec'd through a symlink named `weston`, without a layout module)
-takes the SIGTERM a fallback restart sends, so the order and the signal are checked without a
-compositor. The live path is `draplugin.compositor`'s to test.
+A stand-in weston (`tests.support.fake_layout`'s, without a layout module) takes the SIGTERM a
+fallback restart sends, so the order and the signal are checked without a compositor. The live
+path is `draplugin.compositor`'s to test.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import signal
-import subprocess
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +26,10 @@ from libdisplay.layout import OutputState
 from libdisplay.modes import Mode
 from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
 from libdisplay.weston import read_restart_order
+from tests.support.fake_layout import WAIT_S, stand_in_weston
 
 NODE = "n1"
 HDMI = "card0-hdmi-a-1"
-WAIT_S = 10.0
-
 
 class FakeDisplays:
     """Display specs in a dict; the `Kube` calls modes makes. Writing one is a test failure."""
@@ -141,25 +136,6 @@ def test_an_unreadable_display_fails_the_derivation_and_writes_nothing(tmp_path:
     with pytest.raises(modes.DisplayReadError, match="cannot read Display n1.card0-hdmi-a-1"):
         _apply(s, kube, EMPTY)
     assert s.weston_ini.read_text() == before
-
-
-@contextlib.contextmanager
-def stand_in_weston(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    sleep = shutil.which("sleep")
-    assert sleep is not None
-    link = tmp_path / "bin" / "weston"
-    link.parent.mkdir()
-    link.symlink_to(sleep)
-    child = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", str(link), "60"])
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "weston":
-            assert time.monotonic() < deadline, "the stand-in never became weston"
-            time.sleep(0.01)
-        yield child
-    finally:
-        child.kill()
-        child.wait(timeout=WAIT_S)
 
 
 def test_a_rewrite_never_applied_is_applied_at_the_next_call(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The fault hooks and the policy over HTTP, for a fake running as its own process (the
+"""The fault hooks, tokens and grants over HTTP, for a fake running as its own process (the
 simulated node): `POST /_fakekube/<hook>` with a JSON body, `GET /_fakekube/requests`.
 Each hook maps one to one onto the `FakeKube` method of the same meaning.
 
@@ -12,7 +12,7 @@ Each hook maps one to one onto the `FakeKube` method of the same meaning.
 | `delete-node-slices` | `node`, `driver?` | `delete_node_slices(...)` |
 | `token` | `token`, `username`, `uid?`, `groups?`, `audiences?` | `policy.add_token(...)` |
 | `allow` | `verb`, `resource`, `user?`/`group?`, `apiGroup?`, `subresource?`, `namespace?`,
-  `name?` | `policy.allow(...)` |
+  `name?` -> `{"name"}` | `allow(...)` |
 | `service-account-token` | `namespace`, `name`, `audiences?` -> `{"token"}` |
   `service_account_token(...)` |
 | `user-token` | `user`, `groups?` -> `{"token"}` | `user_token(...)` |
@@ -96,7 +96,7 @@ def _token(fake: FakeKube, body: JsonObject) -> JsonObject:
 
 def _allow(fake: FakeKube, body: JsonObject) -> JsonObject:
     try:
-        fake.policy.allow(
+        name = fake.allow(
             _field(body, "verb", str), _field(body, "resource", str),
             user=_field(body, "user", str, None), group=_field(body, "group", str, None),
             api_group=_field(body, "apiGroup", str, ""),
@@ -104,7 +104,7 @@ def _allow(fake: FakeKube, body: JsonObject) -> JsonObject:
             namespace=_field(body, "namespace", str, None), name=_field(body, "name", str, None))
     except ValueError as e:
         raise status.bad_request(str(e)) from e
-    return {}
+    return {"name": name}
 
 
 def _service_account_token(fake: FakeKube, body: JsonObject) -> JsonObject:

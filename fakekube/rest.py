@@ -97,13 +97,13 @@ def _rv(text: str | None) -> int | None:
 
 class Api:
     def __init__(self, store: Store, registry: Registry, policy: reviews.Policy,
-                 options: Options) -> None:
+                 authorizer: Authorizer, options: Options) -> None:
         self.store = store
         self.registry = registry
         self.policy = policy
+        # SubjectAccessReviews answer from it whether or not the fake authorizes requests.
+        self.authorizer = authorizer
         self.options = options
-        # Set when the fake authorizes requests: SubjectAccessReviews then answer from it too.
-        self.authorizer: Authorizer | None = None
         self.schemas = Schemas(options.kube_version)
         self.minor = int(options.kube_version.split(".")[1])
         ns_kind = registry.by_kind("Namespace", group="")
@@ -261,7 +261,7 @@ class Api:
         if t.kind.plural == "tokenreviews":
             answer = reviews.token_review(self.policy, body)
         else:
-            answer = reviews.access_review(self.policy, body, self.authorizer)
+            answer = reviews.access_review(self.authorizer, body)
         return Reply(201, _out(t, answer))
 
     def _after_write(self, kind: Kind, stored: JsonObject) -> None:

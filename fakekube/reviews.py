@@ -1,10 +1,8 @@
-"""TokenReview and SubjectAccessReview answers from a policy the test configures, standing in
-for the apiserver's authenticators and RBAC: tokens map to users, and allow rules
-(user or group, verb, API group, resource, subresource, namespace, name) grant access; anything
-not allowed is denied. `*` in a rule (and `None` for namespace and name) matches anything.
-Non-resource requests (`nonResourceAttributes`) are always denied. When the fake authorizes
-requests (`FakeKube(authorize=True)`), SubjectAccessReview answers from the same RBAC
-authorizer as requests do instead, non-resource ones included.
+"""TokenReview and SubjectAccessReview as kube-apiserver answers them. A TokenReview asks the
+`Policy`, which stands in for the apiserver's authenticators: the tokens the fake issued or a test
+added, each mapped to an identity. A SubjectAccessReview asks the fake's one authorizer
+(`fakekube.rbac`: the RBAC objects in the store), the same that decides requests when the fake
+authorizes them, so a review and a request always agree.
 
 Audiences work as kube-apiserver's: every token the policy knows was issued for audiences
 (the API server's own, `DEFAULT_AUDIENCE`, unless `add_token` names others); a review with no
@@ -40,39 +38,13 @@ class Identity:
     """Seconds since the epoch after which the token no longer authenticates (None: never)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    verb: str
-    resource: str
-    user: str | None = None
-    group: str | None = None
-    api_group: str = ""
-    subresource: str = ""
-    namespace: str | None = None
-    name: str | None = None
-
-    def grants(self, user: str, groups: tuple[str, ...], attrs: JsonObject) -> bool:
-        if self.user is not None and self.user != user:
-            return False
-        if self.group is not None and self.group not in groups:
-            return False
-        return (
-            self.verb in ("*", attrs.get("verb", ""))
-            and self.resource in ("*", attrs.get("resource", ""))
-            and self.api_group in ("*", attrs.get("group", ""))
-            and self.subresource in ("*", attrs.get("subresource", ""))
-            and self.namespace in (None, attrs.get("namespace", ""))
-            and self.name in (None, attrs.get("name", ""))
-        )
-
-
 class Policy:
-    """Who a token is and what they may do. Safe to change while the server runs."""
+    """Who a token is (authentication only: what they may do is RBAC's). Safe to change while
+    the server runs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[str, Identity] = {}
-        self._rules: list[Rule] = []
         # What the API server itself answers to: a review with no spec.audiences asks for these.
         self.api_audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
 
@@ -86,15 +58,6 @@ class Policy:
             self._tokens[token] = Identity(username, uid, groups,
                                            audiences or self.api_audiences, expires_at)
 
-    def allow(self, verb: str, resource: str, *, user: str | None = None,
-              group: str | None = None, api_group: str = "", subresource: str = "",
-              namespace: str | None = None, name: str | None = None) -> None:
-        if (user is None) == (group is None):
-            raise ValueError("allow() needs exactly one of user= or group=")
-        with self._lock:
-            self._rules.append(Rule(verb, resource, user, group, api_group, subresource,
-                                    namespace, name))
-
     def identity(self, token: str) -> Identity | None:
         """Who the token is, or None for a token never issued or expired."""
         with self._lock:
@@ -102,10 +65,6 @@ class Policy:
         if who is not None and who.expires_at is not None and time.time() >= who.expires_at:
             return None
         return who
-
-    def allowed(self, user: str, groups: tuple[str, ...], attrs: JsonObject) -> bool:
-        with self._lock:
-            return any(r.grants(user, groups, attrs) for r in self._rules)
 
 
 def _review_resource(kind: str, group: str, plural: str, body: JsonObject) -> status.Resource:
@@ -137,10 +96,7 @@ def token_review(policy: Policy, body: JsonObject) -> JsonObject:
     return {**body, "metadata": body.get("metadata") or {}, "status": result}
 
 
-def access_review(policy: Policy, body: JsonObject,
-                  authorizer: Authorizer | None = None) -> JsonObject:
-    """The review's answer: from `authorizer` (RBAC, when the fake authorizes requests, so a
-    review and a request agree), else from the policy's allow rules."""
+def access_review(authorizer: Authorizer, body: JsonObject) -> JsonObject:
     spec = body.get("spec") or {}
     causes = []
     if not spec.get("user") and not spec.get("groups"):
@@ -154,19 +110,12 @@ def access_review(policy: Policy, body: JsonObject,
         res = _review_resource("SubjectAccessReview", "authorization.k8s.io",
                                "subjectaccessreviews", body)
         raise status.invalid(res, causes)
-    attrs = spec.get("resourceAttributes")
     user = str(spec.get("user") or "")
     groups = tuple(spec.get("groups") or ())
-    result: JsonObject
-    if authorizer is not None:
-        decision = authorizer.authorize(user, groups, review_attributes(spec))
-        result = {"allowed": decision.allowed}
-        if decision.reason:
-            result["reason"] = decision.reason
-    elif attrs and policy.allowed(user, groups, attrs):
-        result = {"allowed": True, "reason": "allowed by fakekube policy"}
-    else:
-        result = {"allowed": False, "reason": "no fakekube policy rule allows this request"}
+    decision = authorizer.authorize(user, groups, review_attributes(spec))
+    result: JsonObject = {"allowed": decision.allowed}
+    if decision.reason:
+        result["reason"] = decision.reason
     return {**body, "metadata": body.get("metadata") or {}, "status": result}
 
 

@@ -32,13 +32,15 @@ Known gaps (a test that needs one of these needs a real cluster):
   ValidatingAdmissionPolicy, nor DeviceClass selectors), no enum or format checks, and the Go
   validation of built-in kinds only as far as `fakekube.dra` goes (nothing for Pods, Nodes,
   Namespaces beyond names).
-- By default no authentication or authorization of requests: every request is allowed, and
-  TokenReview and SubjectAccessReview answer from `FakeKube.policy`. With `authorize=True`
-  every request needs a bearer token the fake issued (`service_account_token`, `user_token`,
-  `admin_token`, or one added to the policy) and is authorized by `fakekube.rbac` from the RBAC
-  objects in the store, SubjectAccessReviews included (see `fakekube.guard`); no anonymous user,
-  no impersonation, no aggregated ClusterRoles, no RBAC escalation checks, no bound-token
-  invalidation when the ServiceAccount goes.
+- One authorizer, `fakekube.rbac`, from the RBAC objects in the store (a test grants with
+  `allow`, which writes such objects, or applies its own roles). SubjectAccessReviews always
+  answer from it and TokenReviews from the tokens in `FakeKube.policy`. By default requests
+  themselves are neither authenticated nor authorized (every one is allowed), and the store holds
+  no bootstrap roles. With `authorize=True` every request needs a bearer token the fake issued
+  (`service_account_token`, `user_token`, `admin_token`, or one added to the policy) and is
+  authorized by RBAC (see `fakekube.guard`), and the bootstrap roles are there
+  (`fakekube.bootstrap`); no anonymous user, no impersonation, no aggregated ClusterRoles, no
+  RBAC escalation checks, no bound-token invalidation when the ServiceAccount goes.
 - No discovery (`/api`, `/apis`, OpenAPI): lightkube does not need it; kubectl does.
 - Only the kinds in `fakekube.kinds.BUILTIN_KINDS` plus registered CRDs are served; no
   subresources but `status` and ServiceAccounts' `token` (`fakekube.tokenrequest`; no pod
@@ -70,7 +72,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fakekube import bootstrap, dra, tokenrequest
+from fakekube import bootstrap, dra, grants, tokenrequest
 from fakekube.faults import FaultCode, Faults, OutageKind, RequestLog, RequestRecord
 from fakekube.guard import Denial, Denials, Guard
 from fakekube.handler import Handler
@@ -165,10 +167,11 @@ class FakeKube:
                  bookmark_interval: float = BOOKMARK_INTERVAL_S) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
-        self.policy = Policy()
+        self.policy = _Policy(self)
         self.faults = Faults()
         self.requests = RequestLog()
-        self.api = Api(self.store, self.registry, self.policy,
+        authorizer = Authorizer(self.store)
+        self.api = Api(self.store, self.registry, self.policy, authorizer,
                        Options(kube_version, device_taints))
         self._denials = Denials()
         # The apiserver's floor for a TokenRequest's expirationSeconds; a test lowers it to
@@ -178,8 +181,6 @@ class FakeKube:
         self.bookmark_interval = bookmark_interval
         self.guard: Guard | None = None
         if authorize:
-            authorizer = Authorizer(self.store)
-            self.api.authorizer = authorizer
             self.guard = Guard(self.policy, authorizer, self._denials)
             for obj in bootstrap.objects():
                 self.create(obj)
@@ -259,6 +260,24 @@ class FakeKube:
                     AUTHENTICATED),
             audiences=tuple(audiences) if audiences else None, expires_at=expires_at)
         return token
+
+    def allow(self, verb: str, resource: str, *, user: str | None = None,
+              group: str | None = None, api_group: str = "", subresource: str = "",
+              namespace: str | None = None, name: str | None = None) -> str:
+        """Grant `user` or `group` (exactly one) `verb` on `resource` (see `grants.Grant`) by
+        creating a role and its binding, as an administrator would; returns their name. Raises
+        ValueError for a grant without exactly one subject or with an empty field, and leaves
+        nothing behind when the binding cannot be created."""
+        grant = grants.Grant(verb, resource, user, group, api_group, subresource, namespace,
+                             name)
+        role = self.create(grant.role())
+        role_name = str(role["metadata"]["name"])
+        try:
+            self.create(grant.binding(role_name))
+        except BaseException:
+            self.delete(role["apiVersion"], role["kind"], role_name, namespace=namespace)
+            raise
+        return role_name
 
     def denials(self) -> list[Denial]:
         """Every 401 and 403 answered (with `authorize=True`), oldest first."""
@@ -408,6 +427,17 @@ class FakeKube:
         return [item["metadata"]["name"] for item in reply.body["items"]]
 
 
-
 def _with_authenticated(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*groups, AUTHENTICATED]))
+
+
+class _Policy(Policy):
+    """The tokens, and `allow` under the policy too: capture's tests grant through
+    `fake.policy.allow`. It is `FakeKube.allow`, so RBAC stays the one authorizer."""
+
+    def __init__(self, fake: FakeKube) -> None:
+        super().__init__()
+        self._fake = fake
+
+    def allow(self, verb: str, resource: str, **grant: Any) -> str:
+        return self._fake.allow(verb, resource, **grant)

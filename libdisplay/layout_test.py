@@ -1,9 +1,6 @@
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from libdisplay.layout import (
     LayoutTimeoutError,
     LayoutUsageError,
 )
+from tests.support.fake_layout import Script, control_script, reads, scripted
 
 
 def test_encode_create() -> None:
@@ -197,59 +195,15 @@ def test_frame_rgb_outside() -> None:
 
 # ---------- the clients against a scripted server ----------
 
-Script = Callable[[socket.socket], None]
-
-
-@contextlib.contextmanager
-def _server(tmp_path: Path, script: Script) -> Iterator[Path]:
-    path = tmp_path / "s.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(1)
-    done = threading.Event()
-
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            script(conn)
-            done.wait(10)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join(10)
-        listener.close()
-
-
-def _reads(conn: socket.socket, line: bytes) -> None:
-    data = b""
-    while not data.endswith(b"\n"):
-        data += conn.recv(1024)
-    assert data == line
-
-
-def _control_script(*steps: tuple[bytes, bytes]) -> Script:
-    def script(conn: socket.socket) -> None:
-        conn.sendall(b"LAYOUT 1\n")
-        for expect, reply in steps:
-            _reads(conn, expect)
-            conn.sendall(reply)
-
-    return script
-
-
 def test_control_round_trips(tmp_path: Path) -> None:
-    script = _control_script(
+    script = control_script(
         (b"CREATE c1 X1 /run/c1.sock\n", b"OK\n"),
         (b"LIST\n", b"OK 2\nc1 X1 /run/c1.sock 0\nc2 X2 /run/c2.sock 4\n"),
         (b"REMOVE c1\n", b"OK\n"),
         (b"REMOVE c1\n", b"ERR not-found no claim c1\n"),
         (b"REMOVE c2\n", b"ERR io boom\n"),
     )
-    with _server(tmp_path, script) as path, LayoutControl(path, timeout=5) as control:
+    with scripted(tmp_path / "s.sock", script) as path, LayoutControl(path, timeout=5) as control:
         control.create_claim_socket("/run/c1.sock", "X1", "c1")
         assert [c.clients for c in control.list_claim_sockets()] == [0, 4]
         assert control.remove_claim_socket("c1") is True
@@ -262,16 +216,19 @@ def test_control_round_trips(tmp_path: Path) -> None:
 def test_capture_reads_header_and_pixels(tmp_path: Path) -> None:
     def script(conn: socket.socket) -> None:
         conn.sendall(b"LAYOUT-CAPTURE 1\n")
-        _reads(conn, b"FRAME X1\n")
+        reads(conn, b"FRAME X1\n")
         conn.sendall(b"FRAME 1 2 4 XRGB8888 0 8\n")
         conn.sendall(bytes([10, 20, 30, 0]))
         conn.sendall(bytes([40, 50, 60, 0]))
-        _reads(conn, b"FRAME X9\n")
+        reads(conn, b"FRAME X9\n")
         conn.sendall(b"ERR no-output no output named X9\n")
-        _reads(conn, b"FRAME X1 16x16\n")
+        reads(conn, b"FRAME X1 16x16\n")
         conn.sendall(b"FRAME 1 1 4 XRGB8888 0 4\n" + bytes([70, 80, 90, 0]))
 
-    with _server(tmp_path, script) as path, layout.LayoutCapture(path, timeout=5) as capture:
+    with (
+        scripted(tmp_path / "s.sock", script) as path,
+        layout.LayoutCapture(path, timeout=5) as capture,
+    ):
         frame = capture.frame("X1")
         assert (frame.rgb(0, 0), frame.rgb(0, 1)) == ((30, 20, 10), (60, 50, 40))
         with pytest.raises(LayoutReplyError, match="no-output"):
@@ -291,14 +248,14 @@ def test_capture_reads_header_and_pixels(tmp_path: Path) -> None:
     ids=["wrong-greeting", "silent", "closed", "not-ascii", "endless-line"],
 )
 def test_control_greeting_failures(tmp_path: Path, script: Script, error: type[Exception]) -> None:
-    with _server(tmp_path, script) as path, pytest.raises(error):
+    with scripted(tmp_path / "s.sock", script) as path, pytest.raises(error):
         LayoutControl(path, timeout=0.3)
 
 
 def test_reply_timeout(tmp_path: Path) -> None:
-    script = _control_script((b"LIST\n", b"OK 2\nc1 X1 /run/c1.sock 0\n"))
+    script = control_script((b"LIST\n", b"OK 2\nc1 X1 /run/c1.sock 0\n"))
     with (
-        _server(tmp_path, script) as path,
+        scripted(tmp_path / "s.sock", script) as path,
         LayoutControl(path, timeout=0.3) as control,
         pytest.raises(LayoutTimeoutError),
     ):
@@ -342,7 +299,7 @@ def test_encode_configure_refuses_bad_fields(kwargs: dict[str, object], field: s
 
 def test_configure_and_outputs_round_trip(tmp_path: Path) -> None:
     state = b"DP-1 mode=1280x720@60000 transform=rotate-90 scale=2 x=0 y=0 width=360 height=640"
-    script = _control_script(
+    script = control_script(
         (b"CONFIGURE DP-1 mode=1280x720 transform=rotate-90 scale=2\n", b"OK " + state + b"\n"),
         (b"OUTPUTS\n", b"OK 1\n" + state + b" modes=1280x720@60000,1920x1080@74973\n"),
         (
@@ -353,7 +310,7 @@ def test_configure_and_outputs_round_trip(tmp_path: Path) -> None:
         (b"CONFIGURE DP-1 mode=1920x1080\n", b"ERR unsupported mode no switch_mode\n"),
         (b"CONFIGURE DP-1 scale=3\n", b"ERR failed scale put back\n"),
     )
-    with _server(tmp_path, script) as path, LayoutControl(path, timeout=5) as control:
+    with scripted(tmp_path / "s.sock", script) as path, LayoutControl(path, timeout=5) as control:
         got = control.configure("DP-1", mode="1280x720", transform="rotate-90", scale=2)
         assert (got.logical_width, got.logical_height, got.modes) == (360, 640, ())
         (listed,) = control.outputs()

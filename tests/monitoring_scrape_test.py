@@ -9,23 +9,17 @@ The node listens on the manifest's ports on the host's network: the pod runner's
 
 from __future__ import annotations
 
-import os
-import shutil
 import ssl
-import subprocess
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from simnode.pod import node as pod_node
 from tests.deploy import monitoring
+from tests.support.simulated_pod import rendered, simulated_node
 
-REPO = Path.cwd()
-NODE = "sim-node-1"
 OPERATOR = "http://127.0.0.1:9200/metrics"
 CAPTURE = "https://127.0.0.1:9201/metrics"
 TIMEOUT_S = 90.0
@@ -56,24 +50,7 @@ def _scraped(url: str, family: str) -> str:
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[pod_node.PodNode]:
-    trixie = os.environ.get("TRIXIE_ROOT")
-    if os.getuid() != 0 or shutil.which("bwrap") is None or not trixie:
-        pytest.skip("needs root, bwrap and TRIXIE_ROOT (./pants test)")
-    manifests = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / "base")],
-                               check=True, capture_output=True, text=True, timeout=120).stdout
-    sandboxed = REPO / "declare" / "declare.pex"
-    # Short: the kubelet stand-in dials the plugin's sockets under it (AF_UNIX's 108 bytes).
-    state = Path(tempfile.mkdtemp(prefix="pod-", dir="/tmp"))
-    config = pod_node.NodeConfig(state=state, repo=REPO,
-                                 dist=REPO if sandboxed.is_file() else REPO / "dist",
-                                 manifests=manifests, trixie_root=Path(trixie), node_name=NODE)
-    running = pod_node.PodNode(config)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
-        shutil.rmtree(state, ignore_errors=True)
+    yield from simulated_node(rendered())
 
 
 def test_rules_and_dashboard_read_only_metrics_the_node_exports(

@@ -33,9 +33,14 @@ from simnode.commands import host_pid
 from simnode.pod import control, images
 from simnode.pod import node as pod_node
 from simnode.pod.manifest import load_documents
+from tests.support import simulated_pod
 
-REPO = Path.cwd()
-NODE = "sim-node-1"
+# Also what tests/pod_images_test.py and tests/tenants_test.py import from here.
+NODE = simulated_pod.NODE
+REPO = simulated_pod.REPO
+rendered = simulated_pod.rendered
+_dist = simulated_pod.dist
+_node = simulated_pod.simulated_node
 CAPTURE = "https://127.0.0.1:9201"
 METRICS = "http://127.0.0.1:9200"
 TIMEOUT_S = 90.0
@@ -47,33 +52,6 @@ def wait_for(check: Callable[[], bool], *, what: str, timeout: float = TIMEOUT_S
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.1)
-
-
-def rendered() -> str:
-    return subprocess.run(["kubectl", "kustomize", str(REPO / "deploy" / "base")], check=True,
-                          capture_output=True, text=True, timeout=120).stdout
-
-
-def _dist() -> Path:
-    sandboxed = REPO / "declare" / "declare.pex"
-    return REPO if sandboxed.is_file() else REPO / "dist"
-
-
-def _node(manifests: str) -> Iterator[pod_node.PodNode]:
-    trixie = os.environ.get("TRIXIE_ROOT")
-    if os.getuid() != 0 or shutil.which("bwrap") is None or not trixie:
-        pytest.skip("needs root, bwrap and TRIXIE_ROOT (./pants test)")
-    # Short: the kubelet stand-in dials the plugin's sockets under it (AF_UNIX's 108 bytes).
-    state = Path(tempfile.mkdtemp(prefix="pod-", dir="/tmp"))
-    config = pod_node.NodeConfig(state=state, repo=REPO, dist=_dist(), manifests=manifests,
-                                 trixie_root=Path(trixie), node_name=NODE)
-    node = pod_node.PodNode(config)
-    try:
-        node.start()
-        yield node
-    finally:
-        node.stop()
-        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

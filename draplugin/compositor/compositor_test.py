@@ -1,21 +1,13 @@
 """Compositor: live changes through the control socket, the restart only as the fallback.
 
-The layout module is played by a line server on a unix socket speaking its control protocol
-(`OUTPUTS`, `CONFIGURE`); weston by `sleep` exec'd through a symlink named `weston` (the kernel
-names a process after the file it exec'd), which takes the SIGTERM a restart sends and never
-comes back, so a restart's wait runs to its bound.
+The layout module is played by `tests.support.fake_layout`'s line server speaking its control
+protocol (`OUTPUTS`, `CONFIGURE`), weston by its stand-in that a restart's SIGTERM ends for good,
+so a restart's wait runs to its bound.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import signal
-import socket
-import subprocess
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,71 +16,13 @@ import pytest
 from draplugin.compositor import Compositor, CompositorTimeoutError, Wanted
 from libdisplay.modes import Mode
 from libdisplay.weston import read_restart_order
-
-WAIT_S = 10.0
-
-
-@dataclass
-class FakeModule:
-    """The control socket's answers: each output's state line, and what CONFIGURE answers."""
-
-    outputs: dict[str, str]
-    refuse: str | None = None  # an `ERR ...` line CONFIGURE answers with
-    requests: list[str] = field(default_factory=list)
-
-    def answer(self, line: str) -> list[str]:
-        self.requests.append(line)
-        if line == "OUTPUTS":
-            return [f"OK {len(self.outputs)}",
-                    *(f"{name} {state}" for name, state in self.outputs.items())]
-        words = line.split()
-        if words[0] == "CONFIGURE":
-            if self.refuse is not None:
-                return [self.refuse]
-            name, fields = words[1], dict(w.split("=", 1) for w in words[2:])
-            state = dict(w.split("=", 1) for w in self.outputs[name].split())
-            if "mode" in fields:
-                w, _, hz = fields["mode"].partition("@")
-                state["mode"] = f"{w}@{round(float(hz or 60) * 1000)}"
-            state.update({k: v for k, v in fields.items() if k in ("transform", "scale")})
-            self.outputs[name] = " ".join(f"{k}={v}" for k, v in state.items())
-            return [f"OK {name} {self.outputs[name]}"]
-        return ["ERR bad-request request unknown"]
-
-
-def _state(mode: str = "1920x1080@60000", transform: str = "normal", scale: int = 1) -> str:
-    return f"mode={mode} transform={transform} scale={scale} x=0 y=0 width=1920 height=1080"
-
-
-@contextlib.contextmanager
-def serving(path: Path, module: FakeModule) -> Iterator[FakeModule]:
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(8)
-    server.settimeout(0.05)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn, conn.makefile("rw", encoding="ascii", newline="\n") as stream:
-                stream.write("LAYOUT 1\n")
-                stream.flush()
-                for line in stream:
-                    stream.write("".join(f"{a}\n" for a in module.answer(line.strip())))
-                    stream.flush()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield module
-    finally:
-        stop.set()
-        thread.join(WAIT_S)
-        server.close()
+from tests.support.fake_layout import (
+    WAIT_S,
+    FakeModule,
+    serving,
+    stand_in_weston,
+    state_line,
+)
 
 
 @dataclass
@@ -108,25 +42,6 @@ class Recorded:
         self.states[output] = (connected, mode, transform, scale)
 
 
-@contextlib.contextmanager
-def stand_in_weston(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    sleep = shutil.which("sleep")
-    assert sleep is not None
-    link = tmp_path / "bin" / "weston"
-    link.parent.mkdir()
-    link.symlink_to(sleep)
-    child = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", str(link), "60"])
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "weston":
-            assert time.monotonic() < deadline, "the stand-in never became weston"
-            time.sleep(0.01)
-        yield child
-    finally:
-        child.kill()
-        child.wait(timeout=WAIT_S)
-
-
 def compositor(tmp_path: Path, recorded: Recorded, *, timeout: float = 0.3) -> Compositor:
     return Compositor(socket=tmp_path / "wayland-0", pid_file=tmp_path / "weston.pid",
                       restarts_dir=tmp_path / "restarts", control=tmp_path / "layout.sock",
@@ -135,7 +50,7 @@ def compositor(tmp_path: Path, recorded: Recorded, *, timeout: float = 0.3) -> C
 
 def test_a_change_is_applied_live_and_only_what_differs(tmp_path: Path) -> None:
     recorded = Recorded()
-    module = FakeModule({"HDMI-A-1": _state(), "DP-1": _state()})
+    module = FakeModule({"HDMI-A-1": state_line(), "DP-1": state_line()})
     with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
         (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
         outcome = compositor(tmp_path, recorded).apply(
@@ -153,7 +68,7 @@ def test_a_change_is_applied_live_and_only_what_differs(tmp_path: Path) -> None:
 
 
 def test_a_replugged_output_gets_a_modeset_though_nothing_differs(tmp_path: Path) -> None:
-    module = FakeModule({"X1": _state()})
+    module = FakeModule({"X1": state_line()})
     with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
         (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
         compositor(tmp_path, Recorded()).apply(
@@ -163,7 +78,7 @@ def test_a_replugged_output_gets_a_modeset_though_nothing_differs(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("outputs", "refuse", "reason"),
-    [({"HDMI-A-1": _state()}, "ERR unsupported mode the backend has no mode switch",
+    [({"HDMI-A-1": state_line()}, "ERR unsupported mode the backend has no mode switch",
       "unsupported"),
      ({}, None, "new-connector")],
     ids=["unsupported", "new-connector"])
@@ -185,7 +100,7 @@ def test_the_restart_is_the_fallback_and_says_why(
 
 def test_a_failed_change_is_counted_and_restarts_nothing(tmp_path: Path) -> None:
     recorded = Recorded()
-    module = FakeModule({"X1": _state()},
+    module = FakeModule({"X1": state_line()},
                         refuse="ERR bad-mode mode not offered: 1920x1080@60.000")
     with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
         (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")

@@ -62,8 +62,6 @@ class PodCluster(Protocol):
 
     def write_status(self, pod: JsonObject, status: JsonObject) -> None: ...
 
-    def secret(self, namespace: str, name: str) -> dict[str, bytes] | None: ...
-
     def delete_pod(self, pod: JsonObject, claims: Mapping[str, JsonObject]) -> None: ...
 
     def denials(self) -> list[str]:
@@ -130,9 +128,6 @@ class Embedded:
 
     def write_status(self, pod: JsonObject, status: JsonObject) -> None:
         self.control.write_status(pod, status)
-
-    def secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        return self.control.secret(namespace, name)
 
     def delete_pod(self, pod: JsonObject, claims: Mapping[str, JsonObject]) -> None:
         self.control.delete_pod(pod, claims)

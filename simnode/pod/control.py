@@ -181,13 +181,3 @@ class ControlPlane:
     def write_status(self, pod: JsonObject, status: JsonObject) -> None:
         self.kubelet.patch(PODS, pod["metadata"]["name"], {"status": status},
                            namespace=pod["metadata"]["namespace"], subresource="status")
-
-    def secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        return secret_files(self.kubelet.get(SECRETS, name, namespace=namespace))
-
-
-def secret_files(found: JsonObject | None) -> dict[str, bytes] | None:
-    """A Secret's keys and decoded values, or None for no Secret."""
-    if found is None:
-        return None
-    return {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}

@@ -188,9 +188,6 @@ class Remote:
         self.api.patch(control.PODS, pod["metadata"]["name"], {"status": status},
                        namespace=pod["metadata"]["namespace"], subresource="status")
 
-    def secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        return control.secret_files(self.api.get(control.SECRETS, name, namespace=namespace))
-
     def delete_pod(self, pod: JsonObject, claims: Mapping[str, JsonObject]) -> None:
         self.api.delete(control.PODS, pod["metadata"]["name"],
                         namespace=pod["metadata"]["namespace"])
