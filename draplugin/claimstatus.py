@@ -61,9 +61,6 @@ DATA_API_VERSION = "display.liken.sh/v1alpha1"
 DATA_KIND = "AppliedOutput"
 SCALE_MAX = 8
 DATA_MAX_BYTES = 10 * 1024  # AllocatedDeviceStatus.data's limit
-# The layout module's short names for the flipped transforms, in weston.ini's (the Display's).
-_LAYOUT_TRANSFORMS = {"flipped-90": "flipped-rotate-90", "flipped-180": "flipped-rotate-180",
-                      "flipped-270": "flipped-rotate-270"}
 _CONFLICT = 409
 _NOT_FOUND = 404
 
@@ -107,8 +104,7 @@ class _ReportedOutput(Protocol):
 class AppliedOutput:
     """A claim's output as the compositor reports it once prepare applied it. `device` is the
     DRA device (`card0-hdmi-a-1`), `output` the compositor's name for it, `mode` WxH[@Hz],
-    `transform` in weston.ini's names (the layout module's `flipped-90` is accepted as
-    `flipped-rotate-90`), `scale` 1..8."""
+    `transform` in weston.ini's names (which the layout module speaks too), `scale` 1..8."""
 
     device: str
     output: str
@@ -121,11 +117,9 @@ class AppliedOutput:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ClaimStatusError(name, f"must be a non-empty string, got {value!r}")
-        transform = _LAYOUT_TRANSFORMS.get(self.transform, self.transform)
-        if transform not in TRANSFORMS:
+        if self.transform not in TRANSFORMS:
             raise ClaimStatusError("transform", f"must be one of {', '.join(TRANSFORMS)}, got "
                                                 f"{self.transform!r}")
-        object.__setattr__(self, "transform", transform)
         if isinstance(self.scale, bool) or not isinstance(self.scale, int) or not (
                 1 <= self.scale <= SCALE_MAX):
             raise ClaimStatusError("scale", f"must be an integer 1..{SCALE_MAX}, got "

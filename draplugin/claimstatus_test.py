@@ -31,8 +31,9 @@ def test_from_the_layout_modules_answer() -> None:
     assert applied.data() == {"apiVersion": "display.liken.sh/v1alpha1", "kind": "AppliedOutput",
                               "output": "X2", "mode": "1280x720@59.94",
                               "transform": "rotate-270", "scale": 1}
-    flipped = AppliedOutput.from_output_state("card0-dp-1", _State(transform="flipped-180"))
-    assert flipped.transform == "flipped-rotate-180"
+    flipped = AppliedOutput.from_output_state("card0-dp-1",
+                                              _State(transform="flipped-rotate-180"))
+    assert flipped.data()["transform"] == "flipped-rotate-180"
 
 
 def test_ready_condition_keeps_its_time_while_readiness_is_unchanged() -> None:
@@ -58,11 +59,14 @@ def test_ready_condition_keeps_its_time_while_readiness_is_unchanged() -> None:
         (lambda: AppliedOutput(device="", output="DP-1", mode="1x1"), "device"),
         (lambda: AppliedOutput(device="d", output="DP-1", mode="1x1", transform="90"),
          "transform"),
+        # The layout module's former short name: one vocabulary, weston.ini's.
+        (lambda: AppliedOutput(device="d", output="DP-1", mode="1x1", transform="flipped-90"),
+         "transform"),
         (lambda: AppliedOutput(device="d", output="DP-1", mode="1x1", scale=9), "scale"),
         (lambda: AppliedOutput(device="d", output="DP-1", mode="1x1", scale=True), "scale"),
         (lambda: DeviceStatus.not_ready("d", "not a reason", "m"), "reason"),
     ],
-    ids=["empty-device", "transform", "scale-9", "scale-bool", "reason"],
+    ids=["empty-device", "transform", "transform-short-flipped", "scale-9", "scale-bool", "reason"],
 )
 def test_a_value_the_api_would_refuse_names_its_field(build: Callable[[], object],
                                                       field: str) -> None:

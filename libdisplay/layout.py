@@ -34,15 +34,16 @@ LINE_MAX: Final = 1023
 REPLY_LINE_MAX: Final = 16384
 MODE_SIDE_MAX: Final = 16384
 SCALE_MAX: Final = 8
+# weston.ini's names (libdisplay.weston.TRANSFORMS), which the module speaks too.
 TRANSFORMS: Final = (
     "normal",
     "rotate-90",
     "rotate-180",
     "rotate-270",
     "flipped",
-    "flipped-90",
-    "flipped-180",
-    "flipped-270",
+    "flipped-rotate-90",
+    "flipped-rotate-180",
+    "flipped-rotate-270",
 )
 CLAIM_MAX: Final = 128
 OUTPUT_MAX: Final = 63

@@ -9,6 +9,7 @@ the manifest's on the host's network, so it cannot run beside the bwrap scenario
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import pytest
 
 from simnode.pod import node as pod_node
 from simnode.pod.manifest import daemonset, load_documents, pod_template
-from simnode.pod.podman import PodmanLauncher, built_ref, missing_images, podman
+from simnode.pod.podman import PodmanLauncher, built_ref, image_tag, podman, podman_env
 from simnode.pod.testing import IMAGES_ENV
 from tests.pod_scenario_test import (
     NODE,
@@ -36,11 +37,27 @@ from tests.pod_scenario_test import (
 from tests.pod_scenario_test import (
     test_claim_release_hotplug_hang_roll_capture_with_no_403 as claim_hotplug_hang_roll,
 )
+from tests.support.tenant import Tenant
+from tests.tenants_test import GREEN, RED, Tenants, _claim_socket
+from tests.tenants_test import (
+    test_a_claims_mode_and_its_release_cut_no_other_tenant as mode_and_release_cut_no_tenant,
+)
 
 # vfs copies each image per container created (the weston and capture images are 600 MB):
 # minutes on a busy 2-core machine.
 START_TIMEOUT_S = 900.0
 PNG = b"\x89PNG\r\n\x1a\n"
+# The tag the images were built at (build.sh --tag), when not build.sh's default (libdisplay's
+# version): a branch's own images beside the ones at the default tag.
+TAG_ENV = "DISPLAY_OPERATOR_IMAGES_TAG"
+
+
+def missing_images(images: list[str], tag: str) -> list[str]:
+    """Which of `images`, at `tag`, podman's storage lacks; all of them without podman."""
+    if shutil.which("podman") is None:
+        return images
+    return [i for i in images if podman("image", "exists", built_ref(i, tag), env=podman_env(REPO),
+                                        check=False).returncode != 0]
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +65,14 @@ def node() -> Iterator[pod_node.PodNode]:
     manifests = rendered()
     template = pod_template(daemonset(load_documents(manifests)))
     trixie = os.environ.get("TRIXIE_ROOT")
-    missing = missing_images([c.image for c in template.all_containers()], repo=REPO)
+    tag = os.environ.get(TAG_ENV) or image_tag(REPO)
+    missing = missing_images([c.image for c in template.all_containers()], tag)
     # Only when asked (.ci/run's image phase, after build.sh): stale images carry the same tag.
     if os.environ.get(IMAGES_ENV) != "1" or os.getuid() != 0 or not trixie or missing:
         pytest.skip(f"runs with {IMAGES_ENV}=1, as root, with TRIXIE_ROOT and the images built"
-                    f" by deploy/images/build.sh (missing: {missing})")
+                    f" by deploy/images/build.sh (missing at tag {tag}: {missing})")
     state = Path(tempfile.mkdtemp(prefix="podi-", dir="/tmp"))
-    launcher = PodmanLauncher(repo=REPO)
+    launcher = PodmanLauncher(repo=REPO, tag=tag)
     config = pod_node.NodeConfig(state=state, repo=REPO, dist=_dist(), manifests=manifests,
                                  trixie_root=Path(trixie), node_name=NODE,
                                  start_timeout_s=START_TIMEOUT_S, images=True)
@@ -162,6 +180,34 @@ def test_the_pod_from_its_images(node: pod_node.PodNode) -> None:
             print("last answer:", answers[-1][0], answers[-1][1][:300])
     assert answers[-1][1].startswith(PNG)
     assert denials(node) == []
+
+
+@pytest.fixture
+def tenants(node: pod_node.PodNode) -> Iterator[Tenants]:
+    """Two tenants of the images' pod, on the first two monitors' claims; released after."""
+    assert node.pod is not None
+    wait_for(lambda: set(slice_devices(node)) == {m.device for m in node.monitors},
+             what="the slice of every monitor", timeout=300)
+    with contextlib.ExitStack() as stack:
+        drawing = []
+        for monitor, colour in ((node.monitors[0], RED), (node.monitors[1], GREEN)):
+            name, uid = pod_node.claim(node, monitor.device, {})
+            stack.callback(pod_node.release, node, name, uid)
+            tenant = Tenant(_claim_socket(node, uid), colour=colour, output=monitor.output)
+            stack.callback(tenant.stop)
+            drawing.append(tenant)
+        pid = (node.pod.volumes.source("weston-config") / "weston.pid").read_text()
+        found = Tenants(node, drawing[0], drawing[1], pid)
+        found.kept()
+        yield found
+
+
+def test_a_claims_mode_and_release_cut_no_other_tenant_from_the_images(
+        tenants: Tenants) -> None:
+    """While two tenants' clients draw on the first two monitors, the third is claimed at
+    another mode and released, live: weston keeps its pid, both tenants their connection
+    (`wl_display.sync` answered) and their pixels, the third output reports each mode."""
+    mode_and_release_cut_no_tenant(tenants)
 
 
 def test_claim_hotplug_hang_and_roll_from_the_images(node: pod_node.PodNode) -> None:

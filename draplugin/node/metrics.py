@@ -33,6 +33,8 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from libdisplay import weston
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ADDR = ":9200"
@@ -45,9 +47,8 @@ CRASH = "crash"
 ReconfigureResult = Literal["live", "fallback", "failed"]
 """A change to an output: applied live, applied by a compositor restart, not applied."""
 RECONFIGURE_RESULTS: tuple[str, ...] = ("live", "fallback", "failed")
-TRANSFORMS: tuple[str, ...] = (
-    "normal", "rotate-90", "rotate-180", "rotate-270",
-    "flipped", "flipped-90", "flipped-180", "flipped-270")
+# The label values: weston.ini's names, which the layout module reports and a Display states.
+TRANSFORMS: tuple[str, ...] = weston.TRANSFORMS
 PREPARE_ERROR_REASONS: tuple[str, ...] = ("claim", "failure", "internal", "refused")
 """The driver's `PrepareErrorReason`s (draplugin.state), created at zero for the alert."""
 _MODE = re.compile(r"\d+x\d+(@\d+(\.\d+)?)?")

@@ -24,7 +24,7 @@ OTHER: dict[str, Any] = {"driver": "gpu.example.com", "pool": NODE, "device": "g
          "conditions": [{"type": "Ready", "status": "True", "reason": "Configured",
                          "message": "", "lastTransitionTime": "2026-11-30T06:00:00Z"}]}
 APPLIED = AppliedOutput(device="card0-hdmi-a-1", output="HDMI-A-1", mode="1280x720@60",
-                        transform="flipped-90", scale=2)
+                        transform="flipped-rotate-90", scale=2)
 
 
 @pytest.fixture(scope="module")

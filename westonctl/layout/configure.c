@@ -21,15 +21,17 @@
 #define MODESET_POLL_MS 2
 #define MODESET_WAIT_MS 1000
 
+/* weston.ini's names (its [output] transform key), so one vocabulary runs from the Display's
+ * spec and a claim's parameters through this socket to what the operator reports. */
 static const char *const transform_names[] = {
 	[WL_OUTPUT_TRANSFORM_NORMAL] = "normal",
 	[WL_OUTPUT_TRANSFORM_90] = "rotate-90",
 	[WL_OUTPUT_TRANSFORM_180] = "rotate-180",
 	[WL_OUTPUT_TRANSFORM_270] = "rotate-270",
 	[WL_OUTPUT_TRANSFORM_FLIPPED] = "flipped",
-	[WL_OUTPUT_TRANSFORM_FLIPPED_90] = "flipped-90",
-	[WL_OUTPUT_TRANSFORM_FLIPPED_180] = "flipped-180",
-	[WL_OUTPUT_TRANSFORM_FLIPPED_270] = "flipped-270",
+	[WL_OUTPUT_TRANSFORM_FLIPPED_90] = "flipped-rotate-90",
+	[WL_OUTPUT_TRANSFORM_FLIPPED_180] = "flipped-rotate-180",
+	[WL_OUTPUT_TRANSFORM_FLIPPED_270] = "flipped-rotate-270",
 };
 #define TRANSFORM_COUNT (sizeof(transform_names) / sizeof(transform_names[0]))
 
@@ -147,7 +149,8 @@ parse_request(struct conn *conn, char **w, int n, struct configure_request *req,
 			if (!parse_transform(value, &req->transform))
 				return conn_printf(conn, "ERR bad-transform transform must be one of "
 						   "normal rotate-90 rotate-180 rotate-270 flipped "
-						   "flipped-90 flipped-180 flipped-270, got %s\n", value);
+						   "flipped-rotate-90 flipped-rotate-180 "
+						   "flipped-rotate-270, got %s\n", value);
 		} else if (strcmp(key, "scale") == 0 && !req->has_scale) {
 			req->has_scale = true;
 			req->scale = parse_int(value, strlen(value), 8);

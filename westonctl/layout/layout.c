@@ -68,9 +68,9 @@
  *     -> ERR <code> <field> <text>
  *   OUTPUTS -> OK <n> then n lines, each as CONFIGURE's answer without "OK " and with
  *        ` modes=<W>x<H>@<mHz>,...` appended (the output's mode list, duplicates dropped)
- * <t> is normal, rotate-90, rotate-180, rotate-270, flipped, flipped-90, flipped-180 or
- * flipped-270; <n> an integer 1..8; <Hz> a decimal with at most 3 decimals. Each key at
- * most once; keys absent are left as they are. Every field is validated before anything is
+ * <t> is weston.ini's name: normal, rotate-90, rotate-180, rotate-270, flipped,
+ * flipped-rotate-90, flipped-rotate-180 or flipped-rotate-270; <n> an integer 1..8; <Hz> a
+ * decimal with at most 3 decimals. Each key at most once; keys absent are left as they are. Every field is validated before anything is
  * applied. The mode comes from the output's mode list: with @Hz the closest refresh within
  * 0.5 Hz, without it the preferred mode if it has that size, else the highest refresh of
  * that size. A mode the output already runs (refresh within 0.5 Hz, if given) is no change.

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from libdisplay import layout as layout_module
+from libdisplay import weston as weston_ini
 from libdisplay.layout import (
     Frame,
     LayoutCapture,
@@ -1236,6 +1237,8 @@ def test_configure_changes_one_output_live(
         (b"CONFIGURE X2 mode=0x200\n", b"bad-mode", b"mode"),
         (b"CONFIGURE X2 mode=320x200@60.0001\n", b"bad-mode", b"mode"),
         (b"CONFIGURE X2 mode=320x200 transform=rotate-45\n", b"bad-transform", b"transform"),
+        # The short name weston's protocol headers suggest: only weston.ini's names are taken.
+        (b"CONFIGURE X2 transform=flipped-90\n", b"bad-transform", b"transform"),
         (b"CONFIGURE X2 transform=rotate-90 scale=9\n", b"bad-scale", b"scale"),
         (b"CONFIGURE X2 transform=rotate-90 scale=0\n", b"bad-scale", b"scale"),
         (b"CONFIGURE X2 transform=rotate-90 scale=02\n", b"bad-scale", b"scale"),
@@ -1253,6 +1256,7 @@ def test_configure_changes_one_output_live(
         "mode-zero",
         "refresh-4-decimals",
         "transform",
+        "transform-short-flipped",
         "scale-9",
         "scale-0",
         "scale-leading-zero",
@@ -1279,6 +1283,17 @@ def test_bad_configure_names_the_field_and_changes_nothing(
     assert t.changed.configured[-1] == L2
     wait_frame(t.compositor.capture, "X2", _every_pixel(BLUE), what="blue over every pixel of X2")
     _others_untouched(t, left_events)
+
+
+def test_configure_speaks_weston_ini_transform_names(tenants: Tenants) -> None:
+    """Every transform weston.ini (and so a Display or a claim) names is taken and answered
+    by that same name."""
+    t = tenants
+    assert layout_module.TRANSFORMS == weston_ini.TRANSFORMS
+    for transform in weston_ini.TRANSFORMS:
+        assert t.control.configure("X2", transform=transform).transform == transform
+        assert _states(t.control)["X2"].transform == transform
+    t.control.configure("X2", transform="normal")
 
 
 def test_configure_errors_are_typed(tenants: Tenants) -> None:
