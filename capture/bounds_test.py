@@ -52,7 +52,7 @@ def kube() -> Iterator[FakeKube]:
         fake.policy.add_token("alice-token", "alice", audiences=(auth.AUDIENCE,))
         fake.policy.add_token("bob-token", "bob", audiences=(auth.AUDIENCE,))
         fake.policy.add_token("api-token", "alice")  # for the API server, not for captures
-        fake.policy.allow("get", "displays", user="alice", api_group="display.liken.sh",
+        fake.allow("get", "displays", user="alice", api_group="display.liken.sh",
                           subresource="capture", name=X1_DISPLAY)
         yield fake
 

@@ -79,7 +79,7 @@ def kube() -> Iterator[FakeKube]:
     with FakeKube() as fake:
         fake.policy.add_token("alice-token", "alice", audiences=(auth.AUDIENCE,))
         fake.policy.add_token("bob-token", "bob", audiences=(auth.AUDIENCE,))
-        fake.policy.allow(
+        fake.allow(
             "get", "displays", user="alice", api_group="display.liken.sh", subresource="capture"
         )
         yield fake

@@ -52,7 +52,7 @@ def kube() -> Iterator[FakeKube]:
         fake.policy.add_token("alice-token", "alice", groups=("viewers",),
                               audiences=(auth.AUDIENCE,))
         fake.policy.add_token("bob-token", "bob", audiences=(auth.AUDIENCE,))
-        fake.policy.allow(
+        fake.allow(
             "get",
             "displays",
             user="alice",

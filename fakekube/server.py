@@ -167,7 +167,7 @@ class FakeKube:
                  bookmark_interval: float = BOOKMARK_INTERVAL_S) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
-        self.policy = _Policy(self)
+        self.policy = Policy()
         self.faults = Faults()
         self.requests = RequestLog()
         authorizer = Authorizer(self.store)
@@ -429,15 +429,3 @@ class FakeKube:
 
 def _with_authenticated(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*groups, AUTHENTICATED]))
-
-
-class _Policy(Policy):
-    """The tokens, and `allow` under the policy too: capture's tests grant through
-    `fake.policy.allow`. It is `FakeKube.allow`, so RBAC stays the one authorizer."""
-
-    def __init__(self, fake: FakeKube) -> None:
-        super().__init__()
-        self._fake = fake
-
-    def allow(self, verb: str, resource: str, **grant: Any) -> str:
-        return self._fake.allow(verb, resource, **grant)

@@ -29,6 +29,7 @@ RENDERINGS: dict[str, str] = {
     "release": "overlays/release",
     "no-capture": "overlays/no-capture",
     "examples": "examples",
+    "monitoring": "overlays/monitoring",
 }
 OPERATOR_RENDERINGS = ("base", "release", "no-capture")
 

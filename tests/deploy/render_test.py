@@ -53,7 +53,13 @@ NAMESPACED = {
     "Pod",
     "Job",
     "NetworkPolicy",
+    "ConfigMap",
+    "PodMonitor",
+    "PrometheusRule",
 }
+# Custom resources: the Display against its CRD below; the Prometheus Operator's kinds (no
+# schema in the repository) by promtool and their own tests (tests/deploy/monitoring_test.py).
+CUSTOM = {"Display", "PodMonitor", "PrometheusRule"}
 
 
 def _labelled(rendering: str) -> list[tuple[str, Doc]]:
@@ -61,7 +67,7 @@ def _labelled(rendering: str) -> list[tuple[str, Doc]]:
 
 
 ALL_OBJECTS = [pair for rendering in RENDERINGS for pair in _labelled(rendering)]
-BUILT_IN = [(label, doc) for label, doc in ALL_OBJECTS if doc["kind"] != "Display"]
+BUILT_IN = [(label, doc) for label, doc in ALL_OBJECTS if doc["kind"] not in CUSTOM]
 DISPLAYS = [(label, doc) for label, doc in ALL_OBJECTS if doc["kind"] == "Display"]
 
 
