@@ -12,7 +12,8 @@ API server came back reconnects and re-lists spread over that window, not in the
 An idle informer costs the API server one open watch and a bookmark a minute; nothing is
 polled. `on_change(type, obj)` hears ADDED, MODIFIED and DELETED (raw JSON objects), on the
 informer's task. A writer calls `observe(obj)` with what a write answered, so its next check
-against the cache does not wait for the watch to bring its own write back.
+against the cache does not wait for the watch to bring its own write back; a watch event or a
+list answered before that write (an older resourceVersion) does not undo it.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def newer(candidate: str, than: str) -> bool:
     return candidate != than
 
 
+def known_after(candidate: str, than: str) -> bool:
+    """Whether `candidate` is certainly after `than` (opaque versions: not known to be)."""
+    return candidate.isdigit() and than.isdigit() and int(candidate) > int(than)
+
+
 class Informer:
     """A cache of one collection kept by list-then-watch; see the module docstring."""
 
@@ -118,10 +124,14 @@ class Informer:
 
     def observe(self, obj: JsonObject) -> None:
         """Take in an object a write answered, unless the cache holds a later state of it."""
-        key, rv = object_key(obj), resource_version(obj)
-        if key in self._seen and not newer(rv, self._seen[key]):
+        if self._behind(obj):
             return
-        self._apply("MODIFIED" if key in self.cache else "ADDED", obj, notify=False)
+        self._apply("MODIFIED" if object_key(obj) in self.cache else "ADDED", obj, notify=False)
+
+    def _behind(self, obj: JsonObject) -> bool:
+        """Whether the cache has seen `obj`'s key at this resourceVersion or a later one."""
+        key = object_key(obj)
+        return key in self._seen and not newer(resource_version(obj), self._seen[key])
 
     async def run(self) -> None:
         """List, then watch, resumed and re-listed as needed; until cancelled. Raises the
@@ -155,15 +165,15 @@ class Informer:
         items, rv = await self.source.list()
         self.lists += 1
         fresh = {object_key(o): o for o in items}
-        for key in [k for k in self.cache if k not in fresh]:
+        # An object a write made after the list's snapshot (observed) is kept, not deleted.
+        gone = [k for k in self.cache
+                if k not in fresh and not known_after(self._seen.get(k, ""), rv)]
+        for key in gone:
             self._apply("DELETED", {**self.cache[key], "metadata": {
                 **self.cache[key].get("metadata", {}), "resourceVersion": rv}})
         for key, obj in fresh.items():
-            old = self.cache.get(key)
-            if old is None:
-                self._apply("ADDED", obj)
-            elif resource_version(old) != resource_version(obj):
-                self._apply("MODIFIED", obj)
+            if not self._behind(obj):
+                self._apply("MODIFIED" if key in self.cache else "ADDED", obj)
         self.resource_version = rv
         self.synced.set()
 
@@ -179,7 +189,8 @@ class Informer:
                 code = int(obj.get("code") or 0)
                 raise status_error(f"watch {self.source.what}", code, json.dumps(obj).encode())
             rv = resource_version(obj)
-            if kind != "BOOKMARK":
+            # An event older than a write already observed would undo it in the cache.
+            if kind != "BOOKMARK" and not self._behind(obj):
                 self._apply(kind, obj)
             if rv:
                 self.resource_version = rv

@@ -25,12 +25,18 @@ went. The operator reports each outcome, once it has acted on a generation:
 `reconcile` (the observed fields) keeps both as they are, so a Display's spec outcome only
 changes when the operator reports one.
 
+The node's Displays (label `display.liken.sh/node=NODE`) are followed by an informer
+(`libdisplay.kubewatch`) while `Displays.watch()` runs: once it has listed, every read is from
+its cache, so a hotplug, a claim or an idle resync reads nothing from the API; each write's
+answer goes into the cache; a write refused because the cache was behind (409) or named a
+Display that is gone (404) is made again from a read of that Display from the API.
+
 The status schema in deploy/base/cluster/crd-displays.yaml is the contract this module fills.
 """
 
 from __future__ import annotations
 
-import asyncio
+import copy
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -44,12 +50,12 @@ from lightkube.generic_resource import GenericGlobalResource, create_global_reso
 from lightkube.types import PatchType
 
 from draplugin import conditions
-from draplugin.apierrors import from_lightkube
 from draplugin.conditions import ConditionStatus
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
 from libdisplay.drm import Card, Connector
+from libdisplay.kubewatch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 from libdisplay.outputs import read_monitor
 from libdisplay.wayland import Output
 from libdisplay.weston import TRANSFORMS
@@ -70,6 +76,9 @@ observedGeneration is past the one reported (a newer report or spec wins); `miss
 Display (its re-creation starts at generation 1, and the operator reports that)."""
 
 _PNP_ID = re.compile(r"^[A-Z]{3}$")
+# A write refused with one of these was computed from a cache that was behind: the retry
+# reads the Display from the API.
+_CACHE_BEHIND = (404, 409)
 
 
 class DisplaysError(Exception):
@@ -285,17 +294,27 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> JsonObject:
 
 
 class Displays:
-    """Creates this node's missing Displays and writes their status when it changed."""
+    """Creates this node's missing Displays and writes their status when it changed; reads
+    them from the informer's cache once `watch()` has listed them."""
 
     def __init__(self, client: AsyncClient, *, node: str, backoff: Backoff = DEFAULT_BACKOFF,
                  on_error: Callable[[int], None] | None = None,
-                 on_retry: Callable[[str], None] | None = None) -> None:
+                 on_retry: Callable[[str], None] | None = None,
+                 timing: Timing = DEFAULT_TIMING) -> None:
         self._client = client
         self._node = node
         self._backoff = backoff
         self._on_error = on_error
         self._on_retry = on_retry or (lambda _operation: None)
+        self._on_stale: Callable[[str], None] = lambda _name: None
+        # Displays whose next read goes to the API: a write showed the cache behind for them.
+        self._stale: set[str] = set()
         self.api_errors = 0
+        node_label = display.labels(node, "")[display.NODE_LABEL]
+        self.informer = Informer(
+            LightkubeSource(client, DisplayResource, labels=f"{display.NODE_LABEL}={node_label}"),
+            on_change=self._changed,
+            on_retry=lambda _what: self._on_retry("display-watch"), timing=timing)
 
     async def reconcile(
         self, cards: Iterable[Card], *, observed: Observed = NOTHING_OBSERVED
@@ -325,7 +344,8 @@ class Displays:
         try:
             return await with_retries(
                 lambda: self._reconcile(name, card, connector, observed),
-                what=f"Display {name}", backoff=self._backoff, on_error=self._count_error,
+                what=f"Display {name}", backoff=self._backoff,
+                on_error=lambda code: self._count_error(name, code),
                 on_retry=lambda: self._on_retry("display-reconcile"),
                 # A Display deleted between our read and write is re-created by a fresh pass.
                 also_retry=(404,),
@@ -333,36 +353,32 @@ class Displays:
         except RetryError as err:
             raise DisplayWriteError(str(err)) from err
 
-    async def watch(self, on_stale: Callable[[str], None], *, retry_after: float = 5.0) -> None:
-        """Call `on_stale(name)` when one of this node's Displays needs the operator: deleted (it is
-        re-created), or its `spec` edited (status shows the new generation observed). Events of
-        the operator's own status and label writes do not count. Until cancelled; a watch
-        that ends is reopened after `retry_after` seconds."""
-        node_label = display.labels(self._node, "")[display.NODE_LABEL]
-        selector: dict[str, Any] = {display.NODE_LABEL: node_label}
-        while True:
-            try:
-                async for op, obj in self._client.watch(DisplayResource, labels=selector):
-                    found = _as_dict(obj)
-                    if op == "DELETED" or _spec_unobserved(found):
-                        on_stale(str((found.get("metadata") or {}).get("name")))
-            except Exception as err:
-                failure = from_lightkube(err, "watch this node's Displays")
-                if failure is None or not failure.retryable:
-                    raise
-                # The next hotplug or resync reconciles until the watch is back.
-                log.info("%s; watching again in %gs", failure, retry_after)
-                self._on_retry("display-watch")
-            await asyncio.sleep(retry_after)
+    async def watch(self, on_stale: Callable[[str], None]) -> None:
+        """Follow this node's Displays (list, then watch; `libdisplay.kubewatch`) and call
+        `on_stale(name)` when one needs the operator: deleted (it is re-created), or its `spec`
+        edited (a generation its status has not observed). Events of the operator's own status
+        and label writes do not count. Until cancelled; raises the ApiCallError of a failure no
+        retry mends (403)."""
+        self._on_stale = on_stale
+        try:
+            await self.informer.run()
+        finally:
+            self._on_stale = lambda _name: None
 
-    def _count_error(self, code: int) -> None:
+    def _changed(self, kind: str, obj: JsonObject) -> None:
+        if kind == "DELETED" or _spec_unobserved(obj):
+            self._on_stale(str((obj.get("metadata") or {}).get("name")))
+
+    def _count_error(self, name: str, code: int) -> None:
+        if code in _CACHE_BEHIND:
+            self._stale.add(name)
         self.api_errors += 1
         if self._on_error is not None:
             self._on_error(code)
 
     async def _reconcile(self, name: str, card: Card, connector: Connector,
                          observed: Observed) -> Result:
-        stored = await self._get(name)
+        stored = await self._read(name)
         created = stored is None
         if stored is None:
             stored = await self._create(name, connector.device_name)
@@ -398,7 +414,8 @@ class Displays:
         try:
             return await with_retries(
                 lambda: self._report_spec(name, generation, outcome),
-                what=f"Display {name}", backoff=self._backoff, on_error=self._count_error,
+                what=f"Display {name}", backoff=self._backoff,
+                on_error=lambda code: self._count_error(name, code),
                 on_retry=lambda: self._on_retry("display-spec"),
                 also_retry=(404,),  # deleted between read and write: the next read says so
             )
@@ -407,7 +424,7 @@ class Displays:
 
     async def _report_spec(self, name: str, generation: int,
                            outcome: SpecOutcome) -> SpecResult:
-        stored = await self._get(name)
+        stored = await self._read(name)
         if stored is None:
             log.info("Display %s is gone: its spec outcome is not recorded", name)
             return "missing"
@@ -442,8 +459,21 @@ class Displays:
         body: JsonObject = {"status": patch}
         if version:
             body["metadata"] = {"resourceVersion": version}
-        await self._client.patch(DisplayResource.Status, name, body,
-                                 patch_type=PatchType.MERGE)
+        written = await self._client.patch(DisplayResource.Status, name, body,
+                                           patch_type=PatchType.MERGE)
+        self.informer.observe(_as_dict(written))
+
+    async def _read(self, name: str) -> JsonObject | None:
+        """Display `name` from the informer's cache once it has listed (a copy: callers build
+        on it); from the API before that, and once after a write showed the cache behind."""
+        if self.informer.synced.is_set() and name not in self._stale:
+            cached = self.informer.get(name)
+            return None if cached is None else copy.deepcopy(cached)
+        found = await self._get(name)
+        self._stale.discard(name)
+        if found is not None:
+            self.informer.observe(found)
+        return found
 
     async def _get(self, name: str) -> JsonObject | None:
         try:
@@ -461,9 +491,10 @@ class Displays:
             "metadata": {"name": name, "labels": self._labels(device)},
             "spec": {},
         })
-        created = await self._client.create(cast(GenericGlobalResource, obj))
+        created = _as_dict(await self._client.create(cast(GenericGlobalResource, obj)))
+        self.informer.observe(created)
         log.info("created Display %s", name)
-        return _as_dict(created)
+        return created
 
     async def _label(self, name: str, stored: JsonObject, device: str) -> JsonObject:
         """A Display a person created by hand gets the labels, so selectors find it; the
@@ -472,10 +503,11 @@ class Displays:
         missing = {k: v for k, v in self._labels(device).items() if labels.get(k) != v}
         if not missing:
             return stored
-        patched = await self._client.patch(DisplayResource, name,
-                                           {"metadata": {"labels": missing}},
-                                           patch_type=PatchType.MERGE)
-        return _as_dict(patched)
+        patched = _as_dict(await self._client.patch(DisplayResource, name,
+                                                    {"metadata": {"labels": missing}},
+                                                    patch_type=PatchType.MERGE))
+        self.informer.observe(patched)
+        return patched
 
     def _labels(self, device: str) -> dict[str, str]:
         return display.labels(self._node, device)

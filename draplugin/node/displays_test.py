@@ -346,3 +346,71 @@ def test_a_generation_below_one_is_refused_before_any_call(fake: FakeKube,
         _run(fake, scenario)
     assert raised.value.field == "generation"
     assert fake.request_log() == []
+
+
+def _display_requests(fake: FakeKube) -> list[str]:
+    """The Display requests since the log was cleared, the watch's own list and watch aside."""
+    return [f"{r.method} {r.path.rsplit('/displays', 1)[-1] or '/'}"
+            for r in fake.request_log()
+            if "/displays" in r.path and not (r.method == "GET" and r.path.endswith("/displays"))]
+
+
+def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: FakeKube,
+                                                                tmp_path: Path) -> None:
+    """Once the watch has listed, a hotplug, a claim, a spec report and idle passes read no
+    Display from the API: only what changed is written."""
+    cards = _machine(tmp_path)
+    claimed = displays.Observed(claims={"card0-hdmi-a-1": displays.ClaimRef("ns", "s", "u1")})
+
+    async def scenario(client: AsyncClient) -> tuple[list[str], list[str], list[str]]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        watcher = asyncio.create_task(publisher.watch(lambda _name: None))
+        try:
+            await publisher.informer.synced.wait()
+            fake.requests.clear()
+            for _ in range(20):  # idle resyncs
+                await publisher.reconcile(cards)
+            idle = _display_requests(fake)
+            sysfs_tree.hotplug(tmp_path, "card0-HDMI-A-1", status="disconnected")
+            await publisher.reconcile(_cards(tmp_path))
+            sysfs_tree.hotplug(tmp_path, "card0-HDMI-A-1", status="connected",
+                               edid=build_edid(EdidParams(name="B")))
+            await publisher.reconcile(_cards(tmp_path))
+            hotplugs = _display_requests(fake)
+            fake.requests.clear()
+            await publisher.reconcile(_cards(tmp_path), observed=claimed)
+            await publisher.report_spec(HDMI, 1, APPLIED)
+            return idle, hotplugs, _display_requests(fake)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    idle, hotplugs, claim = _run(fake, scenario)
+    assert idle == []
+    assert hotplugs == [f"PATCH /{HDMI}/status"] * 2
+    assert claim == [f"PATCH /{HDMI}/status"] * 2
+
+
+def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: FakeKube,
+                                                                 tmp_path: Path) -> None:
+    """A Display a person made without the node label is not in the watch's selection: the
+    create is refused (409) and the retry reads it from the API, then labels it."""
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> tuple[dict[str, displays.Result], int]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        watcher = asyncio.create_task(publisher.watch(lambda _name: None))
+        try:
+            await publisher.informer.synced.wait()
+            fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
+                         "metadata": {"name": HDMI}, "spec": {"mode": "1280x720@60"}})
+            return await publisher.reconcile(cards), publisher.api_errors
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    assert _run(fake, scenario) == ({HDMI: "updated", DP: "created"}, 1)
+    hdmi = _get(fake, HDMI)
+    assert hdmi["spec"] == {"mode": "1280x720@60"}
+    assert hdmi["metadata"]["labels"][display.NODE_LABEL] == NODE

@@ -104,6 +104,9 @@ class NodeRuntime:
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
+        # One Display pass at a time (the loop's and a refresh's): a pass that read the cache
+        # before the other's write was observed would send a write refused as stale (409).
+        self._reconciling = asyncio.Lock()
         self._follow: Callable[[tuple[str, ...]], bool] | None = None
         self._connectors_due = asyncio.Event()
         self._plugged: set[str] = set()
@@ -298,15 +301,16 @@ class NodeRuntime:
             self._connectors_due.set()
 
     async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> None:
-        outputs = await self._outputs(cards) if self.compositor_available else {}
-        observed = displays.Observed(outputs=outputs, ddc=self._observed.ddc,
-                                     claims=self._observed.claims)
-        try:
-            await self.displays.reconcile(cards, observed=observed)
-        except displays.DisplaysError as err:
-            if fatal(err):
-                raise
-            log.error("%s (retried at the next hotplug or resync)", err)
+        async with self._reconciling:
+            outputs = await self._outputs(cards) if self.compositor_available else {}
+            observed = displays.Observed(outputs=outputs, ddc=self._observed.ddc,
+                                         claims=self._observed.claims)
+            try:
+                await self.displays.reconcile(cards, observed=observed)
+            except displays.DisplaysError as err:
+                if fatal(err):
+                    raise
+                log.error("%s (retried at the next hotplug or resync)", err)
 
     async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
         """The compositor's outputs by device name: what each runs at now."""

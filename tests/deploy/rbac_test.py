@@ -28,7 +28,7 @@ EXPECTED: dict[tuple[str, str, str, str], str] = {
     ("display.liken.sh", "displays", "get", "cluster"): "declare, operator",
     **{
         ("display.liken.sh", "displays", verb, "cluster"): "operator"
-        for verb in ("create", "patch", "watch")
+        for verb in ("create", "list", "patch", "watch")
     },
     ("display.liken.sh", "displays/status", "patch", "cluster"): "operator",
     ("", "nodes", "get", "cluster"): "operator",
@@ -151,7 +151,7 @@ def test_applied_base_lets_the_operator_do_each_documented_verb_and_no_more() ->
             assert answer(group, resource, verb, ns) not in (401, 403), (resource, verb)
         denied = [
             ("display.liken.sh", "displays", "delete", ""),
-            ("display.liken.sh", "displays", "list", ""),
+            ("display.liken.sh", "displays", "update", ""),
             ("display.liken.sh", "displays/status", "update", ""),
             ("resource.k8s.io", "resourceclaims/status", "update", "default"),
             ("resource.k8s.io", "resourceclaims", "patch", "default"),
