@@ -50,8 +50,11 @@ class NodeConfig:
     slice_resync: float = 5.0
     hotplug_resync: float = 30.0
     ddc_timeout: float = 10.0
-    watchdog_interval: float = 1.0
+    watchdog_interval: float = 0.5
+    watchdog_timeout: float = 0.5
+    """The watchdog's cadence: its defaults are the hang budgets' (draplugin.node.watchdog)."""
     probe_timeout: float = 1.0
+    """The compositor's other probes (its outputs, a restart's answer)."""
     liveness_timeout: float = 60.0
     """Seconds without a completed pass of the slice loop after which liveness fails."""
     backoff: Backoff = DEFAULT_BACKOFF
@@ -99,7 +102,7 @@ class NodeRuntime:
         self._failure: asyncio.Future[None] | None = None
         self.watchdog = watchdog.Watchdog(
             compositor.socket, listeners=[self._on_availability], pid=compositor.pid,
-            interval=config.watchdog_interval, timeout=config.probe_timeout,
+            interval=config.watchdog_interval, timeout=config.watchdog_timeout,
             on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()

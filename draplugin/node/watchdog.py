@@ -1,8 +1,11 @@
-"""The compositor watchdog: probe weston's socket every second, SIGKILL it when it hangs.
+"""The compositor watchdog: probe weston's socket twice a second, SIGKILL it when it hangs.
 
 A probe is `libdisplay.wayland.probe` (registry + sync round trip). Answering → available.
 DEAD or ABSENT → unavailable at once; HUNG → unavailable from the `miss_limit`th in a row (one
 slow answer on a loaded node is not an outage, and each flap would rewrite the slice twice).
+The cadence is the budget's: with 0.5 s probes back to back, a weston silent for 1.5 s is
+tainted and one silent for 2.5 s is killed, so a hang that begins just after an answer is
+tainted within 2 s and killed within 3 s (`bench/run operator` prints both).
 The listeners hear each change once (taint the devices, report them Unhealthy, refuse
 prepares; and the reverse when it answers again). HUNG (connected
 but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston whose
@@ -61,10 +64,10 @@ class Watchdog:
         *,
         pid: PidReader,
         listeners: Sequence[Listener] = (),
-        interval: float = 1.0,
-        timeout: float = 1.0,
-        hung_limit: int = 3,
-        miss_limit: int = 2,
+        interval: float = 0.5,
+        timeout: float = 0.5,
+        hung_limit: int = 5,
+        miss_limit: int = 3,
         kill: Killer = os.kill,
         on_kill: Callable[[int], None] | None = None,
     ) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from draplugin.compositor.pid import weston_pid
 from draplugin.node import watchdog
+from draplugin.node.runtime import NodeConfig
 from libdisplay.wayland import Liveness
 from tests.support import weston
 
@@ -24,7 +25,8 @@ MAX_STEPS = 40  # bounds every loop below; a healthy run needs a handful
 def _dog(sock: Path, pid_file: Path, heard: list[watchdog.Availability], *,
          hung_limit: int = 3) -> watchdog.Watchdog:
     return watchdog.Watchdog(sock, listeners=[heard.append], pid=lambda: weston_pid(pid_file),
-                             interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=hung_limit)
+                             interval=0.05, timeout=PROBE_TIMEOUT, hung_limit=hung_limit,
+                             miss_limit=2)
 
 
 def _steps_until(dog: watchdog.Watchdog, *,
@@ -151,3 +153,14 @@ def test_restart_between_probes_is_heard_as_available_again(tmp_path: Path) -> N
         asyncio.run(dog.step())
         asyncio.run(dog.step())
     assert [a.available for a in heard] == [True, True]
+
+
+def test_default_cadence_taints_within_2_s_and_kills_within_3_s() -> None:
+    """The defaults are the budget's: a hang that begins just after an answer is seen one
+    interval later, then tainted after `miss_limit` and killed after `hung_limit` probes."""
+    config = NodeConfig(node="n")
+    dog = watchdog.Watchdog(Path("/nonexistent"), pid=lambda: None,
+                            interval=config.watchdog_interval, timeout=config.watchdog_timeout)
+    worst_taint = dog._interval + dog._miss_limit * max(dog._interval, dog._timeout)
+    worst_kill = dog._interval + dog._hung_limit * max(dog._interval, dog._timeout)
+    assert worst_taint <= 2.0 and worst_kill <= 3.0, (worst_taint, worst_kill)
