@@ -38,7 +38,7 @@
  * it, boxfilter.c) while weston may fill the other. With the pixman renderer a buffer is
  * filled from the framebuffer directly (fbread.c) rather than by weston_capture_v1, which
  * copies all of it each time: only the rows repainted since that buffer was last filled
- * are copied, after the repaint weston has pending if any (at most DEFERRED_READ_MS later).
+ * are copied, after the repaint weston has pending if any (bounded: deferred_ms).
  */
 
 #define _GNU_SOURCE
@@ -368,6 +368,20 @@ deferred_timeout(void *data)
 	return 0;
 }
 
+/* How long a read waits for the repaint weston has pending: two frames and a margin, so that
+ * the repaint, whose timer is set when the wait starts, is due first (a stalled weston then
+ * runs both, in that order); a drm output with nothing to draw skips the renderer, and its
+ * frame waits this long. */
+static int
+deferred_ms(const struct weston_output *output)
+{
+	const int32_t refresh = output->current_mode ? output->current_mode->refresh : 0;
+	/* mHz; below 10 Hz, or none, as 10 Hz */
+	const int period = refresh >= 10000 ? (int)(1000000 / refresh) : 100;
+
+	return 2 * period + 10;
+}
+
 /* Fills `buf` from the framebuffer without a copy of the whole of it: now, or after the
  * repaint weston has pending (a client's commit the requester may be waiting to see); a
  * backend that finds nothing to draw may skip the renderer, so the wait is bounded. False
@@ -395,7 +409,7 @@ capture_from_framebuffer(struct capture_output *co, struct capture_buffer *buf)
 	}
 	buf->state = BUFFER_CAPTURING;
 	co->deferred = buf;
-	wl_event_source_timer_update(co->deferred_timer, DEFERRED_READ_MS);
+	wl_event_source_timer_update(co->deferred_timer, deferred_ms(output));
 	return true;
 }
 

@@ -14,8 +14,6 @@
 /* The distinct factors one capture is filtered by; a connection wanting another waits for
  * the next capture. */
 #define JOB_FACTORS 4
-/* How long a read waits for the repaint weston has pending before it reads the last one. */
-#define DEFERRED_READ_MS 250
 
 struct conn;
 struct layout;
