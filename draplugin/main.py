@@ -96,6 +96,9 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
 )
 def operator(**options: Any) -> None:
     """Serve the kubelet: registration and the DRA service, until SIGTERM (the main mode)."""
+    from draplugin.arenas import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread starts
     from draplugin.state import FAULT_POINTS
 
     fault = options["fault_point"]

@@ -33,9 +33,12 @@
  * are anchored at the upright image's top-left corner. A frame that already fits is sent as
  * captured.
  *
- * Weston's thread only asks for captures and sends frames: each output has two capture
- * buffers, and a worker thread turns a captured one into the frames its connections asked
- * for (one pass over it, boxfilter.c) while weston may capture into the other.
+ * Weston's thread only fills capture buffers and sends frames: each output has two, and a
+ * worker thread turns a filled one into the frames its connections asked for (one pass over
+ * it, boxfilter.c) while weston may fill the other. With the pixman renderer a buffer is
+ * filled from the framebuffer directly (fbread.c) rather than by weston_capture_v1, which
+ * copies all of it each time: only the rows repainted since that buffer was last filled
+ * are copied, after the repaint weston has pending if any (bounded: deferred_ms).
  */
 
 #define _GNU_SOURCE
@@ -249,6 +252,164 @@ capture_buffer_alloc(struct capture_output *co, struct capture_buffer *buf)
 	buf->width = width;
 	buf->height = height;
 	buf->format = format;
+	buf->stale = (struct fb_rows){ 0, height };
+	return true;
+}
+
+/* ---------- reads of the framebuffer (pixman) ---------- */
+
+static void deferred_read(struct capture_output *co);
+static void capture_done(struct capture_output *co, struct capture_buffer *buf);
+
+static void
+unwatch_output(struct capture_output *co)
+{
+	if (!co->watched)
+		return;
+	wl_list_remove(&co->frame.link);
+	wl_list_remove(&co->watched_destroy.link);
+	co->watched = NULL;
+}
+
+/* Each repaint of the watched output: the rows it drew are stale in every buffer. */
+static void
+watched_frame(struct wl_listener *listener, void *data)
+{
+	struct capture_output *co = wl_container_of(listener, co, frame);
+	pixman_region32_t *damage = data;
+	struct capture_buffer *buf;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		buf = &co->buffers[i];
+		if (buf->pixels)
+			buf->stale = fb_rows_union(buf->stale, fbread_damage_rows(co->watched, damage,
+										 buf->height));
+	}
+	if (co->deferred)
+		deferred_read(co);
+}
+
+static void
+watched_destroyed(struct wl_listener *listener, void *data)
+{
+	struct capture_output *co = wl_container_of(listener, co, watched_destroy);
+
+	(void)data;
+	unwatch_output(co);
+}
+
+/* Watches `output`'s repaints for co's buffers; a newly watched output's are all stale
+ * (its repaints so far were not seen). */
+static void
+watch_output(struct capture_output *co, struct weston_output *output)
+{
+	int i;
+
+	if (co->watched == output)
+		return;
+	unwatch_output(co);
+	co->watched = output;
+	co->frame.notify = watched_frame;
+	wl_signal_add(&output->frame_signal, &co->frame);
+	co->watched_destroy.notify = watched_destroyed;
+	wl_signal_add(&output->destroy_signal, &co->watched_destroy);
+	for (i = 0; i < 2; i++)
+		co->buffers[i].stale = (struct fb_rows){ 0, co->buffers[i].height };
+}
+
+/* The output whose framebuffer `buf` can be read from (pixman, and the size and format
+ * weston announced are the buffer's); NULL when weston_capture_v1 must capture it. */
+static struct weston_output *
+readable_output(struct capture_output *co, struct capture_buffer *buf)
+{
+	struct layout *layout = co->capturer->layout;
+
+	if (!fbread_available(layout->compositor) || co->drm_format == 0 ||
+	    buf->width != co->width || buf->height != co->height || buf->format != co->drm_format)
+		return NULL;
+	return find_output(layout, co->name);
+}
+
+/* Copies into `buf` the rows of its output's last repainted framebuffer that changed since
+ * it was last filled; false when there is no framebuffer to read yet. */
+static bool
+capture_read(struct capture_output *co, struct capture_buffer *buf)
+{
+	if (!co->watched || !fbread_rows(co->watched, buf->pixels, buf->width, buf->stale))
+		return false;
+	buf->stale = (struct fb_rows){ 0, 0 };
+	return true;
+}
+
+/* The read that waited for a repaint: done now (from the repaint, or when none came). */
+static void
+deferred_read(struct capture_output *co)
+{
+	struct layout *layout = co->capturer->layout;
+	struct capture_buffer *buf = co->deferred;
+
+	co->deferred = NULL;
+	wl_event_source_timer_update(co->deferred_timer, 0);
+	buf->state = BUFFER_FREE;
+	if (capture_read(co, buf))
+		capture_done(co, buf);
+	capturer_kick(layout, co->name);
+	capturer_release_idle(layout);
+}
+
+static int
+deferred_timeout(void *data)
+{
+	struct capture_output *co = data;
+
+	if (co->deferred)
+		deferred_read(co);
+	return 0;
+}
+
+/* How long a read waits for the repaint weston has pending: two frames and a margin, so that
+ * the repaint, whose timer is set when the wait starts, is due first (a stalled weston then
+ * runs both, in that order); a drm output with nothing to draw skips the renderer, and its
+ * frame waits this long. */
+static int
+deferred_ms(const struct weston_output *output)
+{
+	const int32_t refresh = output->current_mode ? output->current_mode->refresh : 0;
+	/* mHz; below 10 Hz, or none, as 10 Hz */
+	const int period = refresh >= 10000 ? (int)(1000000 / refresh) : 100;
+
+	return 2 * period + 10;
+}
+
+/* Fills `buf` from the framebuffer without a copy of the whole of it: now, or after the
+ * repaint weston has pending (a client's commit the requester may be waiting to see); a
+ * backend that finds nothing to draw may skip the renderer, so the wait is bounded. False
+ * when the framebuffer cannot be read: weston_capture_v1 then captures it. */
+static bool
+capture_from_framebuffer(struct capture_output *co, struct capture_buffer *buf)
+{
+	struct weston_output *output = readable_output(co, buf);
+	struct wl_event_loop *loop;
+
+	if (!output)
+		return false;
+	watch_output(co, output);
+	if (!output->repaint_needed) {
+		if (!capture_read(co, buf))
+			return false;
+		capture_done(co, buf);
+		return true;
+	}
+	if (!co->deferred_timer) {
+		loop = wl_display_get_event_loop(co->capturer->layout->compositor->wl_display);
+		co->deferred_timer = wl_event_loop_add_timer(loop, deferred_timeout, co);
+		if (!co->deferred_timer)
+			return false;
+	}
+	buf->state = BUFFER_CAPTURING;
+	co->deferred = buf;
+	wl_event_source_timer_update(co->deferred_timer, deferred_ms(output));
 	return true;
 }
 
@@ -641,6 +802,14 @@ capturer_kick(struct layout *layout, const char *output_name)
 		capture_fail_output(layout, output_name, "cannot allocate a capture buffer");
 		return;
 	}
+	/* A read waits for no repaint, so the next one waits for the worker to give a buffer
+	 * back (job_deliver kicks) rather than copy the same frame twice. */
+	if (fbread_available(layout->compositor) && co->jobs > 0)
+		return;
+	if (capture_from_framebuffer(co, buf))
+		return;
+	/* weston overwrites the whole buffer; what it draws after this is not known. */
+	buf->stale = (struct fb_rows){ 0, buf->height };
 	weston_capture_source_v1_capture(co->source, buf->buffer);
 	buf->state = BUFFER_CAPTURING;
 	capturer_flush(capturer);
@@ -678,18 +847,12 @@ capturing_buffer(struct capture_output *co)
 	return NULL;
 }
 
+/* `buf` holds a new frame of `co`: to the worker for the connections waiting for it. */
 static void
-source_complete(void *data, struct weston_capture_source_v1 *source)
+capture_done(struct capture_output *co, struct capture_buffer *buf)
 {
-	struct capture_output *co = data;
-	struct layout *layout = co->capturer->layout;
-	struct capture_buffer *buf = capturing_buffer(co);
-	struct capture_job *job;
+	struct capture_job *job = job_create(co, buf);
 
-	(void)source;
-	if (!buf)
-		return;
-	job = job_create(co, buf);
 	if (!job) {
 		/* Every reader is behind (this frame is lost to them), or out of memory. */
 		buf->state = BUFFER_FREE;
@@ -698,8 +861,20 @@ source_complete(void *data, struct weston_capture_source_v1 *source)
 		co->jobs++;
 		worker_submit(co->capturer, job);
 	}
-	capturer_kick(layout, co->name);
-	capturer_release_idle(layout);
+}
+
+static void
+source_complete(void *data, struct weston_capture_source_v1 *source)
+{
+	struct capture_output *co = data;
+	struct capture_buffer *buf = capturing_buffer(co);
+
+	(void)source;
+	if (!buf)
+		return;
+	capture_done(co, buf);
+	capturer_kick(co->capturer->layout, co->name);
+	capturer_release_idle(co->capturer->layout);
 }
 
 static void
@@ -752,6 +927,8 @@ capture_output_start(struct capture_output *co)
 static void
 capture_output_free(struct capture_output *co)
 {
+	if (co->deferred_timer)
+		wl_event_source_remove(co->deferred_timer);
 	capture_buffer_free(&co->buffers[0]);
 	capture_buffer_free(&co->buffers[1]);
 	free(co);
@@ -772,6 +949,11 @@ capture_output_destroy(struct capture_output *co)
 	if (co->source)
 		weston_capture_source_v1_destroy(co->source);
 	co->source = NULL;
+	unwatch_output(co);
+	co->deferred = NULL;
+	if (co->deferred_timer)
+		wl_event_source_remove(co->deferred_timer);
+	co->deferred_timer = NULL;
 	wl_output_release(co->wl_output);
 	wl_list_remove(&co->link);
 	if (co->jobs > 0)

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "boxfilter.h"
+#include "fbread.h"
 
 #define MAX_PENDING_FRAMES 16
 #define BOUND_MIN 16
@@ -17,14 +18,15 @@
 struct conn;
 struct layout;
 
-/* A shm buffer weston captures an output into. Two per output: weston fills one while the
- * worker reads the other. */
+/* A shm buffer an output is captured into. Two per output: weston's thread fills one while
+ * the worker reads the other. */
 struct capture_buffer {
 	struct wl_buffer *buffer;
 	uint8_t *pixels;
 	size_t size;
 	int32_t width, height;
 	uint32_t format;
+	struct fb_rows stale;	/* repainted since it was last filled (pixman reads) */
 	enum { BUFFER_FREE, BUFFER_CAPTURING, BUFFER_FILTERING } state;
 };
 
@@ -41,6 +43,13 @@ struct capture_output {
 	int32_t width, height;
 	int32_t transform;
 	struct capture_buffer buffers[2];
+	/* The compositor's output whose repaints mark the buffers' stale rows, while read
+	 * with fbread; NULL when none. */
+	struct weston_output *watched;
+	struct wl_listener frame, watched_destroy;
+	/* The buffer read at the repaint weston has pending (else at the timer's end). */
+	struct capture_buffer *deferred;
+	struct wl_event_source *deferred_timer;
 	int jobs;	/* of this output's captures, those the worker holds */
 	bool gone;	/* its global went while the worker held a job: freed when the last ends */
 };
