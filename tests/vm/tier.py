@@ -80,7 +80,8 @@ Handlers = Callable[[qemu.Vm], dict[str, qemu.Handler]]
 
 def run_boot(workdir: Path, pexes: dict[str, Path], *, heads: int = qemu.HEADS,
              memory_mb: int = 1024, script: str = "scenario.py", args: Sequence[str] = (),
-             handlers: Handlers | None = None) -> dict[str, Any]:
+             handlers: Handlers | None = None,
+             boot_timeout: float = qemu.BOOT_TIMEOUT_S) -> dict[str, Any]:
     """Make the share in `workdir`, boot once with `heads` heads running guest/`script`,
     return results.json plus the host's view. `handlers(vm)` adds request ops."""
     share = workdir / "share"
@@ -89,7 +90,8 @@ def run_boot(workdir: Path, pexes: dict[str, Path], *, heads: int = qemu.HEADS,
     image = qemu.guest_image()
     prepared = time.monotonic() - began
     started = time.monotonic()
-    with qemu.Vm(image, share=share, workdir=workdir, heads=heads, memory_mb=memory_mb) as vm, \
+    with qemu.Vm(image, share=share, workdir=workdir, heads=heads, memory_mb=memory_mb,
+                 boot_timeout=boot_timeout) as vm, \
             qemu.RequestServer(vm, handlers(vm) if handlers else None) as server:
         booted = time.monotonic() - started
         status = vm.wait_poweroff(timeout=RUN_TIMEOUT_S)
