@@ -26,17 +26,41 @@ resync) `Hotplug` re-reads sysfs and asks `Reprobe` whether the compositor must 
   a simulated node's x11 outputs, which no restart changes).
 
 This restart stays even though every other output change is applied live
-(`draplugin.compositor`): weston's DRM backend learns of a connector only from udev, which a
-pod does not hear, and libweston exports no call that re-probes the card; and the operator
-cannot tell a re-plug from a stale sysfs without the master's probe. It is counted as
-`new-connector`. weston.ini's `force-on` for every connector does not avoid it: the frontend
-(frontend/main.c, `drm_head_should_force_enable`) then enables a head with no monitor, but
-the DRM backend builds its mode list from the connector's modes, which a disconnected
-connector has none of, so the output comes up only at a modeline written in weston.ini, and
-when a monitor arrives nothing refreshes that list (the backend re-reads connectors only on
-udev's hotplug): the monitor's own modes stay out of reach until a restart anyway, while every
-empty connector holds a CRTC and is painted for nobody. The screens are dark from the SIGTERM
-until the new weston's first frame (`bench/run prepare` prints that time). Where the
+(`draplugin.compositor`), a re-plug on a connector weston already drives included. Why, on
+virtio-gpu (kernel 6.12, weston 14; bench/vm-monitors re-plugs head 1 with weston alone and
+prints what each side shows):
+
+- The kernel does not re-detect on the device's event (seen, reference/vm-kms.md): sysfs
+  `status` keeps what the last probe found (an unplugged head stays "connected", while its
+  EDID blob does change) until the DRM master probes (GETCONNECTOR); a non-master's probe is
+  demoted to a read-only one, and the operator must not become master (fact 3).
+- weston, the master, does not ask: its DRM backend re-reads connectors only on udev's
+  rebroadcast, which the pod never hears, and libweston exports no re-probe. So weston keeps
+  the head as it was at its start: after an unplug it still drives the output (seen: its
+  wl_output stays), and after a re-plug its mode list is the old monitor's (its code).
+- Seen with 16 heads (bench/vm-monitors, weston alone, head 1 unplugged then plugged, 3 s
+  watched after each): sysfs said "connected" with a 256-byte EDID throughout, weston kept
+  Virtual-2 and its CRTC kept weston's framebuffer, and QEMU went on showing the head at
+  1280x800; a CONFIGURE modeset=1 of it answered OK in 73 ms.
+- So nothing in the pod can tell an unplug from a re-plug of the same monitor from a different
+  monitor: the EDID blob moves, the status does not. A live `CONFIGURE modeset=1` of the output
+  (the module powers it off and on) re-commits the old mode to whatever is now on the
+  connector; right only when the same monitor came back, and no answer to an unplug, which the
+  slice must show. A weston restart is the only master probe a pod can order.
+- weston.ini's `force-on` for every connector does not avoid it: the frontend
+  (frontend/main.c, `drm_head_should_force_enable`) then enables a head with no monitor, but
+  the DRM backend builds its mode list from the connector's modes, which a disconnected
+  connector has none of, so the output comes up only at a modeline written in weston.ini, and
+  when a monitor arrives nothing refreshes that list; every empty connector holds a CRTC and
+  is painted for nobody.
+
+What would make a re-plug live: a probe by the master without a restart, i.e. the layout
+module (inside weston) issuing GETCONNECTOR on weston's own card fd and answering each
+connector's status; then a re-plug whose EDID digest is the one weston started with is a
+`Wanted(modeset=True)` of that output, an unplug a power-off of it, and only a new monitor a
+restart. Until then the screens of every head are dark from the SIGTERM until the new weston's
+first frame, and the other heads' tenants lose their connections (bench/vm-monitors prints both
+on a real kernel; `bench/run prepare` the restart on the simulated node). Where the
 compositor's outputs are not the card's connectors (a simulated node's x11 outputs) there is
 nothing to re-probe, and a re-plug is a live modeset of that output
 (`Driver.follow_connectors`).

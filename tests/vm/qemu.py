@@ -39,6 +39,8 @@ GDBUS_TIMEOUT_S = 30.0
 READY_LINE = "vm-init: ready"
 POLL_S = 0.1
 HEADS = 3
+MAX_HEADS = 16
+"""virtio-gpu's own bound (VIRTIO_GPU_MAX_SCANOUTS in QEMU and in the kernel's driver)."""
 
 
 class VmError(Exception):
@@ -128,10 +130,14 @@ class Qmp:
 
 
 class Vm:
-    """One boot of the guest with `share` as its 9p share; use as a context manager."""
+    """One boot of the guest with `share` as its 9p share and a virtio-gpu card of `heads`
+    heads; use as a context manager."""
 
     def __init__(self, image: GuestImage, *, share: Path, workdir: Path, memory_mb: int = 1024,
-                 boot_timeout: float = BOOT_TIMEOUT_S) -> None:
+                 boot_timeout: float = BOOT_TIMEOUT_S, heads: int = HEADS) -> None:
+        if not 1 <= heads <= MAX_HEADS:
+            raise VmError(f"heads: {heads} is not within 1..{MAX_HEADS} (virtio-gpu's scanouts)")
+        self.heads = heads
         self.image = image
         self.share = share
         self.workdir = workdir
@@ -187,7 +193,8 @@ class Vm:
             "-append", "root=/dev/vda rw console=ttyS0 quiet panic=1 init=/sbin/vm-init",
             "-drive", f"file={self.image.rootfs},if=virtio,format=raw,snapshot=on",
             "-virtfs", f"local,path={self.share},mount_tag=hostshare,security_model=none",
-            "-device", f"virtio-gpu-pci,id=gpu0,max_outputs={HEADS},edid=on,xres=1920,yres=1080",
+            "-device",
+            f"virtio-gpu-pci,id=gpu0,max_outputs={self.heads},edid=on,xres=1920,yres=1080",
             "-vga", "none",
             "-display", f"dbus,addr=unix:path={self._bus_socket},gl=off",
             "-serial", f"file:{self.serial_log}",
@@ -245,8 +252,9 @@ class Vm:
 
     def screendump(self, head: int, path: Path) -> tuple[int, int]:
         """Head `head`'s scanout as a PPM at `path`; its size."""
-        assert self._qmp is not None
         with self._qmp_lock:
+            if self._qmp is None:
+                raise VmError(f"screendump of head {head}: QEMU's QMP connection is closed")
             self._qmp.execute("screendump", filename=os.fspath(path), device="gpu0", head=head)
         return ppm_size(path)
 
@@ -269,11 +277,14 @@ class RequestServer:
 
     A request is `{"op": "plug", "head": 1, "width": 1280, "height": 800}`, `{"op": "unplug",
     "head": 1}` or `{"op": "screendump", "head": 0, "name": "head0"}` (written to
-    `out/<name>.ppm`); the ack holds `{"ok": true, ...}` or `{"ok": false, "error": ...}`.
+    `out/<name>.ppm`), or an op of `handlers` (op -> its answer to the request); the ack holds
+    `{"ok": true, ...}` or `{"ok": false, "error": ...}`, and `host_t`, the host's monotonic
+    clock when it was done (to line the guest's requests up with host-side samples).
     """
 
-    def __init__(self, vm: Vm) -> None:
+    def __init__(self, vm: Vm, handlers: dict[str, Handler] | None = None) -> None:
         self._vm = vm
+        self._handlers = dict(handlers or {})
         self._req = vm.share / "req"
         self._ack = vm.share / "ack"
         self._out = vm.share / "out"
@@ -305,11 +316,15 @@ class RequestServer:
             reply = self._do(request)
         except (VmError, ValueError, KeyError, OSError) as err:
             request, reply = {"file": path.name}, {"ok": False, "error": str(err)}
-        self.handled.append({**request, "at": time.monotonic(), "reply": reply})
+        reply["host_t"] = time.monotonic()
+        self.handled.append({**request, "at": reply["host_t"], "reply": reply})
         fsutil.atomic_write(self._ack / path.name, json.dumps(reply))
 
     def _do(self, request: dict[str, Any]) -> dict[str, Any]:
-        op, head = request["op"], int(request["head"])
+        op = request["op"]
+        if op in self._handlers:
+            return self._handlers[op](request)
+        head = int(request["head"])
         if op == "plug":
             self._vm.plug(head, int(request["width"]), int(request["height"]))
             return {"ok": True}

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,9 @@ def build_layout(out: Path) -> None:
     subprocess.run(["sh", os.fspath(LAYOUT_BUILD), os.fspath(out)], check=True, timeout=300)
 
 
-def make_share(share: Path, pexes: dict[str, Path]) -> None:
+def make_share(share: Path, pexes: dict[str, Path], *, script: str = "scenario.py",
+               args: Sequence[str] = ()) -> None:
+    """The share's files; its `run` starts guest/`script` with `args`."""
     for sub in ("req", "ack", "out", "kube", "pod", "venv"):
         (share / sub).mkdir(parents=True, exist_ok=True)
     # Two at a time: the machine has two cores, and each venv is mostly one busy process.
@@ -65,20 +69,30 @@ def make_share(share: Path, pexes: dict[str, Path]) -> None:
     podplan.write(share, CHECKOUT)
     shutil.copytree(GUEST_DIR, share / "guest", ignore=shutil.ignore_patterns("__pycache__"))
     run = share / "run"
+    argv = " ".join(shlex.quote(a) for a in (f"/share/guest/{script}", *args))
     run.write_text("#!/bin/sh\n# The pod's network namespace: kernel uevents reach it, udevd's "
-                   "do not.\nexec unshare --net -- python3 /share/guest/scenario.py\n")
+                   f"do not.\nexec unshare --net -- python3 {argv}\n")
     run.chmod(0o755)
 
 
-def run_boot(workdir: Path, pexes: dict[str, Path]) -> dict[str, Any]:
-    """Make the share in `workdir`, boot once, return results.json plus the host's view."""
+Handlers = Callable[[qemu.Vm], dict[str, qemu.Handler]]
+
+
+def run_boot(workdir: Path, pexes: dict[str, Path], *, heads: int = qemu.HEADS,
+             memory_mb: int = 1024, script: str = "scenario.py", args: Sequence[str] = (),
+             handlers: Handlers | None = None,
+             boot_timeout: float = qemu.BOOT_TIMEOUT_S) -> dict[str, Any]:
+    """Make the share in `workdir`, boot once with `heads` heads running guest/`script`,
+    return results.json plus the host's view. `handlers(vm)` adds request ops."""
     share = workdir / "share"
     began = time.monotonic()
-    make_share(share, pexes)
+    make_share(share, pexes, script=script, args=args)
     image = qemu.guest_image()
     prepared = time.monotonic() - began
     started = time.monotonic()
-    with qemu.Vm(image, share=share, workdir=workdir) as vm, qemu.RequestServer(vm) as server:
+    with qemu.Vm(image, share=share, workdir=workdir, heads=heads, memory_mb=memory_mb,
+                 boot_timeout=boot_timeout) as vm, \
+            qemu.RequestServer(vm, handlers(vm) if handlers else None) as server:
         booted = time.monotonic() - started
         status = vm.wait_poweroff(timeout=RUN_TIMEOUT_S)
         handled = server.handled

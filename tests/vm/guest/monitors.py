@@ -1,0 +1,356 @@
+"""Many monitors on one real KMS card, and a re-plug beside two tenants: the guest's side of
+`bench/vm-monitors` (python3.13, stdlib only, run from the 9p share like guest/scenario.py,
+whose pod, cluster and helpers it uses).
+
+    monitors.py --heads N
+
+With N heads plugged (head 0 at QEMU's 1920x1080, the others at SIZES in turn, the last at
+1280x800), it runs the pod's containers as the scenario does and records, in
+/share/out/results.json:
+
+- `weston`: how long weston took to answer with N outputs, what it runs each at (wayland-info),
+  each head's scanout size (QMP screendump) and whose framebuffer each CRTC scans out (the
+  kernel's atomic state), and weston's VmRSS/VmHWM;
+- `alone`: a re-plug of head 1 with weston alone (no operator): what sysfs and weston show after
+  the unplug and the plug, whether the head scans out weston's frame again, and after a
+  CONFIGURE modeset=1 of that output through the layout module;
+- `operator`: the time to a slice of N devices, the slice's size, the operator's RSS;
+- `claim`: one claim with a mode on the last head: prepare time, time to that head's new
+  scanout, weston's pid before and after (the same pid: applied live);
+- `replug`: tenants (claims with a client drawing a colour) on heads 0 and 2, then head 1
+  unplugged and plugged with the operator running: unplug/plug → slice and → weston output and
+  → scanout times, whether weston was restarted, whether each tenant's connection still
+  answers, the host's samples of heads 0 and 2 (`sample_start`/`sample_stop`,
+  tests/vm/sampler.py) and the guest's samples of which process's framebuffer their CRTCs
+  showed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.vm.guest import scenario as sc
+else:  # run as a script from beside scenario.py
+    import scenario as sc  # pants: no-infer-dep
+
+SIZES = ((1280, 800), (1024, 768), (1920, 1080))
+HEAD0 = (1920, 1080)
+LAST = (1280, 800)
+CLAIM_MODE = (1024, 768)
+REPLUG_HEAD = 1
+TENANTS = {0: ("mon-tenant-0", (20, 200, 60)), 2: ("mon-tenant-2", (40, 90, 230))}
+WESTON_COMM = "weston"
+SETTLE_S = 3.0
+"""How long a state is watched after a plug with nobody to re-probe: long enough for the
+kernel's hotplug work and the EDID fetch, which take milliseconds."""
+WAIT_S = 300.0
+"""Bound of a start-up with many heads on TCG (weston's first frame on every output)."""
+
+results = sc.results
+
+
+def size_of(head: int, heads: int) -> tuple[int, int]:
+    if head == 0:
+        return HEAD0
+    if head == heads - 1:
+        return LAST
+    return SIZES[(head - 1) % len(SIZES)]
+
+
+def output(head: int) -> str:
+    return f"Virtual-{head + 1}"
+
+
+def device(head: int) -> str:
+    return f"card0-virtual-{head + 1}"
+
+
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of `pid` in KiB."""
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(value.split()[0])
+    return found
+
+
+def fb_owners() -> dict[str, str]:
+    """Connector name (`Virtual-1`) → the command that allocated the framebuffer its CRTC's
+    planes scan out ("" for a CRTC with no framebuffer), for the connectors on a CRTC; from
+    the kernel's atomic state (debugfs)."""
+    crtc_fb: dict[str, str] = {}
+    connector_crtc: dict[str, str] = {}
+    block: dict[str, str] = {}
+    for line in [*sc.DRM_STATE.read_text(errors="replace").splitlines(), "end"]:
+        if not line.startswith("\t"):
+            crtc = block.get("crtc", "(null)")
+            if block.get("kind") == "plane" and crtc != "(null)":
+                crtc_fb[crtc] = crtc_fb.get(crtc) or block.get("allocated by", "")
+            elif block.get("kind") == "connector" and crtc != "(null)":
+                connector_crtc[block["name"]] = crtc
+            kind, _, name = line.partition("]: ")
+            block = {"kind": kind.split("[")[0], "name": name.strip()}
+        elif "=" in line:
+            key, _, value = line.strip().partition("=")
+            block[key.strip()] = value.strip() if key.strip() == "allocated by" else \
+                value.strip().split(" ")[0]
+    return {connector: crtc_fb.get(crtc, "") for connector, crtc in connector_crtc.items()}
+
+
+class OwnerWatch:
+    """Samples `fb_owners` on a thread: for each connector, the spans (seconds from `t0`) in
+    which its CRTC showed no framebuffer of weston's."""
+
+    def __init__(self, connectors: list[str], t0: float) -> None:
+        self._connectors = connectors
+        self._t0 = t0
+        self.samples = 0
+        self.spans: dict[str, list[list[float | None]]] = {c: [] for c in connectors}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            owners = fb_owners()
+            at = round(time.monotonic() - self._t0, 3)
+            self.samples += 1
+            for connector in self._connectors:
+                spans = self.spans[connector]
+                open_span = bool(spans) and spans[-1][1] is None
+                if owners.get(connector) != WESTON_COMM and not open_span:
+                    spans.append([at, None])
+                elif owners.get(connector) == WESTON_COMM and open_span:
+                    spans[-1][1] = at
+            time.sleep(0.05)  # each read parses the whole state on an emulated CPU
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(10)
+        return {"samples": self.samples, "not_weston": self.spans}
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+def plug_all(heads: int) -> None:
+    sc.step(f"plug {heads} heads")
+    t0 = time.monotonic()
+    for head in range(1, heads):
+        width, height = size_of(head, heads)
+        sc.ask_host(op="plug", head=head, width=width, height=height)
+    # Nothing is master yet, so the fbdev console's probe refreshes sysfs.
+    sc.until(lambda: len(sc.sysfs_connectors()) == heads and all(
+        c["status"] == "connected" for c in sc.sysfs_connectors().values()),
+        timeout=120, what=f"{heads} connectors connected in sysfs")
+    results["plugged_s"] = round(time.monotonic() - t0, 3)
+
+
+def start_weston(heads: int) -> None:
+    sc.step("westonctl")
+    t0 = time.monotonic()
+    sc.start_westonctl()
+    outputs = sc.until(lambda: (o := sc.wayland_outputs()) and len(o) == heads and o,
+                       timeout=WAIT_S, what=f"weston answers with {heads} outputs")
+    found: dict[str, Any] = {"answer_s": round(time.monotonic() - t0, 3), "outputs": outputs}
+    results["weston"] = found
+    pid = sc.until(sc.weston_pid, timeout=10, what="weston's pid file")
+    found["pid"] = pid
+    # Every head scanning out weston's framebuffer, at the mode weston reports.
+    found["owners"] = sc.until(
+        lambda: (o := fb_owners()) and all(o.get(output(h)) == WESTON_COMM
+                                           for h in range(heads)) and o,
+        timeout=WAIT_S, what="every CRTC scanning out weston's framebuffer")
+    found["lit_s"] = round(time.monotonic() - t0, 3)
+    found["scanouts"] = {
+        str(h): [(r := sc.ask_host(op="screendump", head=h, name=f"lit-head{h}"))["width"],
+                 r["height"]] for h in range(heads)}
+    found["memory"] = memory(pid)
+
+
+def replug_alone() -> None:
+    """Head 1 unplugged and plugged with weston alone: nobody re-probes, as in a pod where
+    weston hears no udev (the operator would restart weston here, reprobe.py)."""
+    sc.step("re-plug, weston alone")
+    head, name = REPLUG_HEAD, output(REPLUG_HEAD)
+    sysfs_name = f"card0-{name}"
+    found: dict[str, Any] = {"before": sc.sysfs_connectors()[sysfs_name]}
+    results["alone"] = found
+
+    def observe(prefix: str) -> dict[str, Any]:
+        time.sleep(SETTLE_S)  # nothing to wait for: the point is that nothing changes
+        seen: dict[str, Any] = {"sysfs": sc.sysfs_connectors()[sysfs_name],
+                                "weston_outputs": sorted(sc.wayland_outputs() or {}),
+                                "owner": fb_owners().get(name, "")}
+        try:
+            reply = sc.ask_host(op="screendump", head=head, name=f"{prefix}-head{head}")
+            seen["scanout"] = [reply["width"], reply["height"]]
+        except RuntimeError as err:
+            seen["scanout"] = str(err)
+        return seen
+
+    sc.ask_host(op="unplug", head=head)
+    found["unplugged"] = observe("alone-unplugged")
+    width, height = SIZES[0]
+    sc.ask_host(op="plug", head=head, width=width, height=height)
+    found["replugged"] = observe("alone-replugged")
+    t0 = time.monotonic()
+    found["modeset_reply"] = sc.layout_request(f"CONFIGURE {name} modeset=1")[0]
+    found["modeset_s"] = round(time.monotonic() - t0, 3)
+    found["modeset"] = observe("alone-modeset")
+    found["weston_pid"] = sc.weston_pid()
+
+
+def start_operator(heads: int) -> None:
+    sc.step("operator")
+    t0 = time.monotonic()
+    child = sc.start_container("operator")
+    sc.until(lambda: len(sc.slice_devices()) == heads, timeout=WAIT_S,
+             what=f"a slice of {heads} devices")
+    slices = [item for item in sc.api_get("/apis/resource.k8s.io/v1/resourceslices")["items"]
+              if item["spec"].get("nodeName") == sc.NODE]
+    results["operator"] = {
+        "slice_s": round(time.monotonic() - t0, 3), "devices": sorted(sc.slice_devices()),
+        "slices": len(slices),
+        "slice_bytes": sum(len(json.dumps(item, separators=(",", ":"))) for item in slices),
+        "memory": memory(child.pid)}
+
+
+def timed(what: str, check: Callable[[], Any], t0: float) -> float:
+    """Seconds from `t0` until `check()` holds (bounded by WAIT_S: a restart of weston with
+    every head takes tens of seconds on TCG)."""
+    sc.until(check, timeout=WAIT_S, what=what)
+    return round(time.monotonic() - t0, 3)
+
+
+def scanout_at(head: int, size: tuple[int, int], name: str, bound_s: float = 120) -> float:
+    """Dump `head` until it scans out at `size`; seconds it took (TimeoutError past bound)."""
+    t0 = time.monotonic()
+
+    def at_size() -> bool:
+        reply = sc.ask_host(op="screendump", head=head, name=name)
+        return (reply["width"], reply["height"]) == size
+
+    sc.until(at_size, timeout=bound_s, what=f"head {head} scanning out {size[0]}x{size[1]}")
+    return round(time.monotonic() - t0, 3)
+
+
+def claim_last(heads: int) -> None:
+    sc.step("claim a mode on the last head")
+    head = heads - 1
+    found: dict[str, Any] = {"device": device(head), "weston_pid_before": sc.weston_pid()}
+    results["claim"] = found
+    t0 = time.monotonic()
+    answer = sc.claim("mon-last", device(head), f"{CLAIM_MODE[0]}x{CLAIM_MODE[1]}@60")
+    found["prepare"] = answer
+    found["prepare_s"] = round(time.monotonic() - t0, 3)
+    if answer["error"]:
+        raise RuntimeError(f"claim on {device(head)}: {answer['error']}")
+    found["scanout_s"] = round(found["prepare_s"] + scanout_at(head, CLAIM_MODE, "claimed-last"),
+                               3)
+    found["outputs"] = sc.wayland_outputs()
+    found["weston_pid_after"] = sc.weston_pid()
+    t0 = time.monotonic()
+    found["release"] = sc.release("mon-last", answer["uid"])
+    found["release_scanout_s"] = round(time.monotonic() - t0 + scanout_at(
+        head, LAST, "released-last"), 3)
+    found["weston_memory"] = memory(found["weston_pid_after"])
+
+
+def start_tenants() -> dict[int, dict[str, Any]]:
+    tenants = {}
+    for head, (name, colour) in TENANTS.items():
+        answer = sc.claim(name, device(head))
+        if answer["error"]:
+            raise RuntimeError(f"claim {name} on {device(head)}: {answer['error']}")
+        shown = sc.show_app(answer["uid"], device(head), f"tenant{head}", colour)
+        dump = sc.dump_showing(head, f"replug-before-head{head}", colour)
+        tenants[head] = {"claim": answer, "shown": shown, "dump": dump}
+    return tenants
+
+
+def replug_with_operator() -> None:
+    sc.step("re-plug beside two tenants")
+    head, name = REPLUG_HEAD, output(REPLUG_HEAD)
+    found: dict[str, Any] = {"tenants": start_tenants(), "weston_pid_before": sc.weston_pid()}
+    results["replug"] = found
+    sc.ask_host(op="sample_start", colours={str(h): list(c) for h, (_, c) in TENANTS.items()})
+    t0 = time.monotonic()
+    watch = OwnerWatch([output(h) for h in TENANTS], t0)
+    try:
+        found["unplug_host_t"] = sc.ask_host(op="unplug", head=head)["host_t"]
+        found["unplug_slice_s"] = timed("the slice drops the device",
+                                           lambda: device(head) not in sc.slice_devices(), t0)
+        t1 = time.monotonic()
+        found["plug_host_t"] = sc.ask_host(op="plug", head=head, width=SIZES[0][0],
+                                           height=SIZES[0][1])["host_t"]
+        found["plug_at_s"] = round(t1 - t0, 3)
+        found["replug_slice_s"] = timed("the slice regains the device",
+                                           lambda: device(head) in sc.slice_devices(), t1)
+        found["replug_output_s"] = timed(
+            "weston drives the output again", lambda: name in (sc.wayland_outputs() or {}), t1)
+        found["replug_scanout_s"] = round(time.monotonic() - t1 + scanout_at(
+            head, SIZES[0], "replugged-head1"), 3)
+        sc.until(lambda: all(fb_owners().get(output(h)) == WESTON_COMM for h in TENANTS),
+                 timeout=60, what="heads 0 and 2 scanning out weston's framebuffer")
+        time.sleep(1.0)  # a second of samples after: does a tenant's picture come back?
+    finally:
+        found["owners"] = watch.stop()
+        stopped = sc.ask_host(op="sample_stop")
+        found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
+    found["weston_pid_after"] = sc.weston_pid()
+    for h in TENANTS:
+        found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}")
+
+
+def roundtrip(name: str) -> dict[str, Any]:
+    """The tenant's wl_display.sync on its first connection, or why there is none (a weston
+    restart ends the connection, and a client of it exits)."""
+    child = next(c for n, c in reversed(sc._children) if n == name)
+    if child.poll() is not None:
+        return {"roundtrip": False, "error": f"the client exited {child.returncode}"}
+    return sc.tenant_roundtrip(name, 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--heads", type=int, required=True)
+    heads = parser.parse_args().heads
+    results["heads"] = heads
+    results["sizes"] = {str(h): list(size_of(h, heads)) for h in range(heads)}
+    sc.LOGS.mkdir(parents=True, exist_ok=True)
+    sc.run(["busybox", "ip", "link", "set", "lo", "up"])
+    try:
+        plug_all(heads)
+        sc.start_api()
+        sc.declare()
+        start_weston(heads)
+        replug_alone()
+        start_operator(heads)
+        claim_last(heads)
+        replug_with_operator()
+        sc.step("done")
+    except Exception as err:  # every finding so far is saved; the host reports the error
+        results["errors"].append(f"{type(err).__name__}: {err}")
+        import traceback
+        traceback.print_exc()
+    finally:
+        sc.save()
+        sc.stop_all()
+        results["exits"] = {name: child.returncode for name, child in sc._children}
+        sc.save()
+    return 0 if not results["errors"] else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
