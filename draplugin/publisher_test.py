@@ -10,10 +10,10 @@ from unittest import mock
 import pytest
 
 from draplugin.compositor import CompositorTimeoutError
-from draplugin.compositor.compositor_test import stand_in_weston
 from draplugin.modes_test import settings
 from draplugin.node import reprobe
 from draplugin.publisher import node_runtime
+from tests.support.fake_layout import stand_in_weston
 
 RESTART_TIMEOUT_S = 0.5
 # Far below the 30 s a hotplug restart once waited whatever --restart-timeout said, far above

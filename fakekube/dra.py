@@ -1,5 +1,5 @@
 """The `resource.k8s.io/v1` rules of the apiserver that a schema cannot express and the
-operator's publisher can trip over (`pkg/apis/resource/validation`, reference/dra.md §3):
+operator's publisher can trip over (`pkg/apis/resource/validation`, docs/dra.md §3):
 limits on devices, attributes and taints, name formats, one-of fields, immutable fields, and
 the DRADeviceTaints gate that silently drops `spec.devices[].taints` when off (the default on
 1.34 and 1.35) and stamps `timeAdded` when on.

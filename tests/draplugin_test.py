@@ -261,7 +261,8 @@ BAD_CLAIMS: dict[str, tuple[dict[str, Any], str]] = {
     "class-config": ({"class_params": config(contrast=-1)},
                      "class config 0: field 'contrast' value -1"),
     "ddc-not-supported": ({"params": config(brightness=40)},
-                          "DDC/CI settings (brightness) for card0-HDMI-A-1 need the node publisher"),
+                          "DDC/CI settings (brightness) for card0-HDMI-A-1 need the node "
+                          "publisher"),
     "absent-device": ({"devices": ("card0-dp-2",)},
                       "device card0-dp-2 has no connected monitor on this node now"),
     "other-pool": ({"pool": "kiosk-2"}, "is in pool 'kiosk-2', not this node's pool"),

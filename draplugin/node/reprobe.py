@@ -1,6 +1,6 @@
 """Making the compositor see a connector change on a real card: the restart on hotplug.
 
-DESIGN. Three facts of a real kernel decide this (measured in the VM tier, reference/vm-kms.md):
+DESIGN. Three facts of a real kernel decide this (measured in the VM tier, docs/kms.md §2):
 
 1. Weston in the pod hears no hotplug. It listens to udevd's rebroadcast, which stays in the
    host's network namespace. The operator hears the kernel's own uevent (NETLINK_KOBJECT_UEVENT,
@@ -30,7 +30,7 @@ This restart stays even though every other output change is applied live
 virtio-gpu (kernel 6.12, weston 14; bench/vm-monitors re-plugs head 1 with weston alone and
 prints what each side shows):
 
-- The kernel does not re-detect on the device's event (seen, reference/vm-kms.md): sysfs
+- The kernel does not re-detect on the device's event (seen, docs/kms.md §2): sysfs
   `status` keeps what the last probe found (an unplugged head stays "connected", while its
   EDID blob does change) until the DRM master probes (GETCONNECTOR); a non-master's probe is
   demoted to a read-only one, and the operator must not become master (fact 3).

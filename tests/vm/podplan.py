@@ -58,7 +58,7 @@ LAYOUT_SHELL: Final = PurePosixPath("/") / MODULEDIR / "layout-shell.so"
 CARD_EDITS: Final = CdiEdits(env={"WESTON_RENDERER": "pixman"})
 """What the card's CDI device (liken's, here virtio-gpu without virgl) gives the containers
 naming it: the pixman renderer, which scans the clients' buffers out unchanged and starts
-weston in a quarter of GL-on-llvmpipe's time on TCG (reference/vm-kms.md). Its device
+weston in a quarter of GL-on-llvmpipe's time on TCG (docs/kms.md §5). Its device
 nodes and sysfs are the guest's own: no mounts."""
 PLAN: Final = PurePosixPath("pod/plan.json")
 OBJECTS: Final = PurePosixPath("kube/objects.yaml")
