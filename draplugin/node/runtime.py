@@ -50,8 +50,8 @@ class NodeConfig:
     slice_resync: float = 5.0
     hotplug_resync: float = 30.0
     ddc_timeout: float = 10.0
-    watchdog_interval: float = 0.5
-    watchdog_timeout: float = 0.5
+    watchdog_interval: float = watchdog.INTERVAL_S
+    watchdog_timeout: float = watchdog.TIMEOUT_S
     """The watchdog's cadence: its defaults are the hang budgets' (draplugin.node.watchdog)."""
     probe_timeout: float = 1.0
     """The compositor's other probes (its outputs, a restart's answer)."""

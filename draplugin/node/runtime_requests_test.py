@@ -8,12 +8,12 @@ idle resyncs of sysfs and of the slice send nothing at all.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from draplugin.compositor import Compositor
 from draplugin.node import displays, hotplug, runtime, slices
+from draplugin.node.runtime_test import _until
 from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display, sysfs_tree
@@ -25,15 +25,6 @@ WAIT_SECONDS = 60.0
 IDLE_RESYNCS = 20
 A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_SECONDS):
-            while not check():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"not done after {WAIT_SECONDS:g} s: {what}") from None
 
 
 def _status(fake: FakeKube, device: str) -> dict[str, Any]:

@@ -34,6 +34,10 @@ from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
 
 log = logging.getLogger(__name__)
 
+# The cadence the hang budgets are met with (module docstring).
+INTERVAL_S = 0.5
+TIMEOUT_S = 0.5
+
 
 class WatchdogError(Exception):
     """Base of every error this module raises."""
@@ -64,8 +68,8 @@ class Watchdog:
         *,
         pid: PidReader,
         listeners: Sequence[Listener] = (),
-        interval: float = 0.5,
-        timeout: float = 0.5,
+        interval: float = INTERVAL_S,
+        timeout: float = TIMEOUT_S,
         hung_limit: int = 5,
         miss_limit: int = 3,
         kill: Killer = os.kill,
