@@ -11,13 +11,13 @@ from typing import Any, Protocol
 
 from draplugin.apierrors import from_lightkube
 from libdisplay import display
-from libdisplay.kubeaccess import Endpoint
-from libdisplay.kubeerrors import ApiCallError
+from libdisplay.kube.access import Endpoint
+from libdisplay.kube.errors import ApiCallError
 
 
 class KubeError(Exception):
     """The API could not be asked; the message names the object. `failure` is the
-    classified error (`libdisplay.kubeerrors`)."""
+    classified error (`libdisplay.kube.errors`)."""
 
     def __init__(self, failure: ApiCallError) -> None:
         super().__init__(str(failure))
@@ -43,7 +43,7 @@ class LightkubeKube:
     def __init__(self, endpoint: Endpoint) -> None:
         from lightkube.generic_resource import create_global_resource
 
-        from libdisplay import kubelightkube
+        from libdisplay.kube import lightkube_client as kubelightkube
 
         self._client = kubelightkube.client(endpoint, field_manager="display-operator")
         self._display = create_global_resource(

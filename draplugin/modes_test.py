@@ -19,13 +19,13 @@ from draplugin.checkpoint import EMPTY, Checkpoint, ClaimEntry, State
 from draplugin.compositor import CompositorTimeoutError, Outcome
 from draplugin.kube import KubeError
 from draplugin.settings import KubeAccess, Settings
+from libdisplay.compositor.layout import OutputState
+from libdisplay.compositor.weston import read_restart_order
 from libdisplay.display import display_name
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.kubeerrors import ApiCallError
-from libdisplay.layout import OutputState
-from libdisplay.modes import Mode
-from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
-from libdisplay.weston import read_restart_order
+from libdisplay.hardware.modes import Mode
+from libdisplay.kube.errors import ApiCallError
+from libdisplay.sim.edid import EdidParams, build_edid
+from libdisplay.sim.sysfs import SimCard, SimConnector, dev_root, sysfs_root, write_tree
 from tests.support.fake_layout import WAIT_S, stand_in_weston
 
 NODE = "n1"

@@ -31,8 +31,8 @@ from draplugin.service import PluginServer
 from draplugin.settings import Settings
 from draplugin.state import Driver
 from draplugin.supervisor import EXIT_CODE, Supervisor
-from libdisplay import kubelightkube
-from libdisplay.kubeaccess import Endpoint, NoEndpointError
+from libdisplay.kube import lightkube_client as kubelightkube
+from libdisplay.kube.access import Endpoint, NoEndpointError
 
 log = logging.getLogger("draplugin")
 

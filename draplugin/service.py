@@ -21,9 +21,10 @@ import grpc
 
 from draplugin.settings import DRIVER, Settings
 from draplugin.state import ClaimRef, Driver
-from libdisplay import drm, fsutil
+from libdisplay import fsutil
+from libdisplay.compositor.wayland import Liveness, probe
+from libdisplay.hardware import drm
 from libdisplay.proto import wire
-from libdisplay.wayland import Liveness, probe
 
 log = logging.getLogger(__name__)
 

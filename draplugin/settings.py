@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from libdisplay import kubeaccess
-from libdisplay.kubeaccess import Endpoint
-from libdisplay.outputs import LAYOUT_SHELL, LayoutSockets
+from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube.access import Endpoint
 
 if TYPE_CHECKING:
     from draplugin.compositor import Compositor, Recorder
@@ -25,8 +25,8 @@ or the compositor's public socket shared by every claim (tests with a stock shel
 
 @dataclass(frozen=True, slots=True)
 class KubeAccess:
-    """How to reach the API, as the flags say (`libdisplay.kubecli`): a URL with an optional
-    token file and CA, a kubeconfig, or (none given) the pod's service account."""
+    """How to reach the API, as the flags say (`libdisplay.kube.cli_options`): a URL with an
+    optional token file and CA, a kubeconfig, or (none given) the pod's service account."""
 
     api_server: str | None = None
     kubeconfig: Path | None = None

@@ -1,10 +1,10 @@
 """How simnode reaches its cluster: `Access` (what the state file records, the embedded fake's
 URL or a kubeconfig and context) and `Api`, a small JSON client of the apiserver's REST API.
 
-The endpoint and its credentials come from `libdisplay.kubeaccess`, as for every other client
+The endpoint and its credentials come from `libdisplay.kube.access`, as for every other client
 of the project, so simnode reaches a cluster exactly when its binaries can; the token is asked
 for on every request, so a rotated token file is used without a restart. Failures are mapped by
-`libdisplay.kubeerrors` and raised as a `ClusterError` a user can act on: a kubeconfig that
+`libdisplay.kube.errors` and raised as a `ClusterError` a user can act on: a kubeconfig that
 cannot be used, an API server that does not answer, credentials refused (401), rights missing
 (403, the message names the verb and the resource). Proxies from the environment are not used,
 as the operator's lightkube client does not use them.
@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from libdisplay import display, kubeaccess, kubeerrors
+from libdisplay import display
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube import errors as kubeerrors
 
 JsonObject = dict[str, Any]
 TIMEOUT_S: Final = 10.0

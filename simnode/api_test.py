@@ -17,7 +17,7 @@ import yaml
 
 from fakekube.server import FakeKube
 from fakekube.testing import node, resource_slice
-from libdisplay import kubeaccess
+from libdisplay.kube import access as kubeaccess
 from simnode import api
 
 

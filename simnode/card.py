@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from libdisplay import mccs, sysfs_tree
-from libdisplay.ddc_sim import Feature, SimulatedMonitor
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
+from libdisplay.hardware import mccs
+from libdisplay.hardware.modes import Mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import Feature, SimulatedMonitor
+from libdisplay.sim.edid import EdidParams, build_edid
 
 CARD = "card0"
 MIN_MONITORS = 1

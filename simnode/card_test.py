@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from draplugin.node import ddcmap
-from libdisplay import drm, sysfs_tree
-from libdisplay.ddc import DdcClient
-from libdisplay.ddc_sim import FakeClock
-from libdisplay.edid import decode_edid
+from libdisplay.hardware import drm
+from libdisplay.hardware.ddc import DdcClient
+from libdisplay.hardware.edid import decode_edid
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import FakeClock
 from simnode import card
 
 

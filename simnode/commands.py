@@ -23,7 +23,7 @@ from fakekube.kubelet import Claim, Kubelet
 from fakekube.testing import resource_claim
 from libdisplay import procfs
 from libdisplay.cdi import DRIVER
-from libdisplay.wayland import WaylandError, list_outputs, probe
+from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
 from simnode import card, clients, report
 from simnode.api import DISPLAYS, RESOURCE_CLAIMS, Access, Api, ClusterError
 from simnode.state import Layout, State, alive, load

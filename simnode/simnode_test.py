@@ -33,11 +33,12 @@ from pathlib import Path
 import pytest
 
 from fakekube.server import FakeKube
-from libdisplay import display, mccs
-from libdisplay.ddc import DdcClient
-from libdisplay.ddc_socket import SocketBusError, SocketI2c
+from libdisplay import display
+from libdisplay.compositor.wayland import list_outputs
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc import DdcClient
+from libdisplay.hardware.ddc_socket import SocketBusError, SocketI2c
 from libdisplay.processes import Process, start
-from libdisplay.wayland import list_outputs
 from simnode.api import Access, Api
 from simnode.pod.testing import render_base, stand_in_cluster, user_kubeconfig
 from simnode.report import READY_LINE, JsonObject, slice_devices

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TextIO
 
-from libdisplay.ddc_socket import MonitorServer, SocketBusError
+from libdisplay.hardware.ddc_socket import MonitorServer, SocketBusError
 from simnode import card
 from simnode.state import Layout
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from draplugin.node import ddcmap
-from libdisplay import mccs, sysfs_tree
-from libdisplay.ddc import DdcClient
-from libdisplay.ddc_socket import SocketI2c
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc import DdcClient
+from libdisplay.hardware.ddc_socket import SocketI2c
+from libdisplay.sim import sysfs as sysfs_tree
 from simnode import card, up
 
 

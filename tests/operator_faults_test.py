@@ -34,7 +34,7 @@ from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
-from libdisplay.sysfs_tree import hotplug
+from libdisplay.sim.sysfs import hotplug
 from tests.draplugin_test import (
     INITIAL_INI,
     _check_invariants,

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from libdisplay.modes import Mode
-from libdisplay.wayland import WaylandError, list_outputs
+from libdisplay.compositor.wayland import WaylandError, list_outputs
+from libdisplay.hardware.modes import Mode
 from simnode import card, report
 from simnode.api import DISPLAYS
 from simnode.commands import host_pid

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay.layout import LayoutControl, LayoutError, OutputState
-from libdisplay.modes import Mode
+from libdisplay.compositor.layout import LayoutControl, LayoutError, OutputState
+from libdisplay.hardware.modes import Mode
 from simnode import card
 from simnode.api import DISPLAYS
 from simnode.pod import control

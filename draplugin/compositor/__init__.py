@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Final, Literal, Protocol
 
 from draplugin.compositor.pid import PROC, WestonPidError, read_weston_pid
-from libdisplay import layout
-from libdisplay.layout import LayoutControl, LayoutError, OutputState
-from libdisplay.modes import Mode
-from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
-from libdisplay.weston import order_restart
+from libdisplay.compositor import layout
+from libdisplay.compositor.layout import LayoutControl, LayoutError, OutputState
+from libdisplay.compositor.wayland import Liveness, ProbeResult, WaylandError, probe
+from libdisplay.compositor.weston import order_restart
+from libdisplay.hardware.modes import Mode
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class Compositor:
             return None
 
     def probe(self, timeout: float | None = None) -> ProbeResult:
-        """One Wayland round trip on the socket (`libdisplay.wayland.probe`)."""
+        """One Wayland round trip on the socket (`libdisplay.compositor.wayland.probe`)."""
         return probe(self.socket, timeout=timeout or self.probe_timeout)
 
     def answers(self) -> bool:

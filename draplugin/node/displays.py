@@ -26,7 +26,7 @@ went. The operator reports each outcome, once it has acted on a generation:
 changes when the operator reports one.
 
 The node's Displays (label `display.liken.sh/node=NODE`) are followed by an informer
-(`libdisplay.kubewatch`) while `Displays.watch()` runs: once it has listed, every read is from
+(`libdisplay.kube.watch`) while `Displays.watch()` runs: once it has listed, every read is from
 its cache, so a hotplug, a claim or an idle resync reads nothing from the API; each write's
 answer goes into the cache; a write refused because the cache was behind (409) or named a
 Display that is gone (404) is made again from a read of that Display from the API.
@@ -54,11 +54,11 @@ from draplugin.conditions import ConditionStatus
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
-from libdisplay.drm import Card, Connector
-from libdisplay.kubewatch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
-from libdisplay.outputs import read_monitor
-from libdisplay.wayland import Output
-from libdisplay.weston import TRANSFORMS
+from libdisplay.compositor.outputs import read_monitor
+from libdisplay.compositor.wayland import Output
+from libdisplay.compositor.weston import TRANSFORMS
+from libdisplay.hardware.drm import Card, Connector
+from libdisplay.kube.watch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ class Displays:
             raise DisplayWriteError(str(err)) from err
 
     async def watch(self, on_stale: Callable[[str], None]) -> None:
-        """Follow this node's Displays (list, then watch; `libdisplay.kubewatch`) and call
+        """Follow this node's Displays (list, then watch; `libdisplay.kube.watch`) and call
         `on_stale(name)` when one needs the operator: deleted (it is re-created), or its `spec`
         edited (a generation its status has not observed). Events of the operator's own status
         and label writes do not count. Until cancelled; raises the ApiCallError of a failure no

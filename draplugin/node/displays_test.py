@@ -15,9 +15,11 @@ from draplugin.node import displays
 from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.server import FakeKube
-from libdisplay import display, drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import parse_mode
+from libdisplay import display
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import parse_mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"

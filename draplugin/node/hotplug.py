@@ -18,7 +18,7 @@ slice's identity attributes and the Display status follow, and a claim holding t
 can be told its monitor changed.
 
 Tests and benches drive it through `QueueEvents` (uevents do not reach unprivileged test
-processes) together with `libdisplay.sysfs_tree.hotplug` on a simulated tree.
+processes) together with `libdisplay.sim.sysfs.hotplug` on a simulated tree.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from draplugin.node.reprobe import Fingerprint, Reprobe
-from libdisplay.drm import Card, DrmError
+from libdisplay.hardware.drm import Card, DrmError
 
 log = logging.getLogger(__name__)
 

@@ -84,8 +84,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from draplugin.compositor import Compositor, CompositorError
-from libdisplay import wayland
-from libdisplay.drm import Card
+from libdisplay.compositor import wayland
+from libdisplay.hardware.drm import Card
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from draplugin import compositor as operator_compositor
 from draplugin.node import hotplug, reprobe
-from libdisplay import drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.hardware import drm
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 
 A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))

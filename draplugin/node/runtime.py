@@ -27,8 +27,11 @@ from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
-from libdisplay import drm, kubeaccess, kubelightkube, wayland
-from libdisplay.kubeaccess import Endpoint
+from libdisplay.compositor import wayland
+from libdisplay.hardware import drm
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube import lightkube_client as kubelightkube
+from libdisplay.kube.access import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import IO, Any, Final
 from fakekube.kubelet import Kubelet
 from fakekube.server import FakeKube
 from libdisplay.cdi import DRIVER
-from libdisplay.ddc_socket import MonitorServer
+from libdisplay.hardware.ddc_socket import MonitorServer
 from libdisplay.processes import Process, start, unix_socket_accepts
 from simnode import card
 from simnode.cluster import NodeObject

@@ -26,9 +26,9 @@ from typing import Any, Final
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Secret
 
-from libdisplay import kubelightkube
-from libdisplay.kubeaccess import Endpoint
-from libdisplay.kubewatch import Informer, LightkubeSource
+from libdisplay.kube import lightkube_client as kubelightkube
+from libdisplay.kube.access import Endpoint
+from libdisplay.kube.watch import Informer, LightkubeSource
 from simnode.pod.launcher import Bind
 from simnode.pod.manifest import Container, PodTemplate, Volume
 

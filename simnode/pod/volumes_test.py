@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fakekube.server import FakeKube
-from libdisplay.kubeaccess import Endpoint
+from libdisplay.kube.access import Endpoint
 from simnode.pod.volumes import DATA, SecretVolumes, current
 
 WAIT_S = 15.0

@@ -25,16 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay import layout as layout_module
-from libdisplay import weston as weston_ini
-from libdisplay.layout import (
+from libdisplay.compositor import layout as layout_module
+from libdisplay.compositor import weston as weston_ini
+from libdisplay.compositor.layout import (
     Frame,
     LayoutCapture,
     LayoutControl,
     LayoutReplyError,
 )
+from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.processes import running
-from libdisplay.wayland import Liveness, probe
 from tests.support import weston as weston_support
 from tests.support.hostile import Overflow, OverflowClient, region_flood
 from tests.support.layout import SolidClient, Wish, capture_attempt
