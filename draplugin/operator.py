@@ -4,7 +4,8 @@ server and the supervisor that ends them together.
 `Operator.start` builds and wires them in the order a restart needs (the publisher first, so
 its watchdog and compositor exist before the driver recovers its checkpoint; the driver's
 recovery before the server accepts a call), and `run` serves until SIGTERM or a background
-failure. `draplugin.main` is only the command line around it.
+failure; once the server serves, /healthz also dials it (`draplugin.liveness`).
+`draplugin.main` is only the command line around it.
 
 The two sides meet here and nowhere else: the publisher (asyncio, `draplugin.publisher`)
 tells the driver why prepares must fail now, feeds its health stream, hands it the DDC/CI hook
@@ -24,6 +25,7 @@ from typing import Any
 from draplugin.checkpoint import CheckpointError
 from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
 from draplugin.kube import LightkubeKube
+from draplugin.liveness import grpc_answers
 from draplugin.node.displays import ClaimRef
 from draplugin.node.runtime import NodeThreadError
 from draplugin.publisher import Publisher, start_publisher
@@ -83,6 +85,9 @@ class Operator:
             return EXIT_CODE
         self._install_signals()
         self.server.start()
+        if self.node is not None:
+            self.node.liveness.add(grpc_answers((self.settings.dra_socket,
+                                                 self.settings.registration_socket)))
         log.info("operator ready on node %s", self.settings.node_name)
         try:
             self.server.wait()

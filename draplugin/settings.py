@@ -60,9 +60,9 @@ class Settings:
     hotplug_resync_s: float = 30.0
     slice_resync_s: float = 5.0
     liveness_timeout_s: float = 60.0
+    """/healthz fails once the publisher's loop has not completed a pass for this long."""
     api_backoff_cap_s: float = 2.0
     """The longest delay between retries of a failed API call."""
-    """/healthz fails once the publisher's loop has not completed a pass for this long."""
     shell: str = LAYOUT_SHELL
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"

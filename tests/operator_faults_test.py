@@ -224,6 +224,11 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0,
                             what="the delayed write reaches the slice")
         assert not operator.exited()
+        # The gRPC server is asked too: with its DRA socket gone the kubelet cannot prepare.
+        assert "the gRPC server answers on both sockets" in _get(port, "/healthz")[1]
+        (node.plugin_dir / "dra.sock").unlink()
+        status, text = _get(port, "/healthz")
+        assert status == 503 and "dra.sock: no socket there" in text, text
 
 
 # --- the crash-point matrix with the publisher on ----------------------------------------

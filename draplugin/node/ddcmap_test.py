@@ -196,7 +196,7 @@ def test_the_default_opener_picks_the_transport_by_file_type(tmp_path: Path, nod
         if node == "socket":
             stack.enter_context(MonitorServer(path, SimulatedMonitor()))
         else:
-            path.touch()  # what sysfs_tree leaves for a device node
+            path.touch()  # what libdisplay.sim.sysfs leaves for a device node
         opened = ddcmap.open_i2c(tmp_path, 6)
         assert isinstance(opened, SocketI2c | LinuxI2c)
         stack.callback(opened.close)

@@ -15,7 +15,7 @@ from libdisplay.hardware.drm import Card, Connector
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim.sysfs import SimCard, SimConnector, dev_root, sysfs_root, write_tree
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EDID = bytes([0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00]) + bytes(120)
 
 

@@ -2,7 +2,7 @@
 
 The corpus (testdata/) must agree with edid-decode's oracle on every contract field; the broken
 variants give typed errors or flags; mutated EDIDs give nothing but EdidError or a result; the
-CLI keeps its JSON contract; and EDIDs that are not in the corpus (built by edid_build, or
+CLI keeps its JSON contract; and EDIDs that are not in the corpus (built by libdisplay.sim.edid, or
 random structures from a seeded generator) decode exactly as the real edid-decode prints them.
 """
 
@@ -39,7 +39,7 @@ from libdisplay.hardware.edid import (
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim.edid import EdidBuildError, EdidParams, build_edid
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EDID_DECODE = shutil.which("edid-decode")
 needs_edid_decode = pytest.mark.skipif(EDID_DECODE is None, reason="edid-decode not installed")
 
