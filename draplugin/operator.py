@@ -116,7 +116,8 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
     """The claim driver, given the publisher's hooks when there is a publisher."""
     return Driver(
         settings,
-        LightkubeKube(endpoint),
+        # The publisher's Displays informer spares each prepare a GET per monitor.
+        LightkubeKube(endpoint, displays=node.runtime.displays if node else None),
         ddc=node.runtime.ddc_hook() if node else None,
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,

@@ -89,6 +89,10 @@ class DisplayWriteError(DisplaysError):
     """A Display could not be created or its status written; the message names the Display."""
 
 
+class NotCachedError(DisplaysError, LookupError):
+    """The informer's cache cannot tell about a Display: not listed yet, or behind for it."""
+
+
 class SpecOutcomeError(DisplaysError, ValueError):
     """A SpecOutcome or report the API would refuse; `field` names the bad one."""
 
@@ -462,6 +466,16 @@ class Displays:
         written = await self._client.patch(DisplayResource.Status, name, body,
                                            patch_type=PatchType.MERGE)
         self.informer.observe(_as_dict(written))
+
+    def cached(self, name: str) -> JsonObject | None:
+        """Display `name` from the informer's cache (a copy), for readers on any thread (the
+        driver's prepares); NotCachedError before the first list, or when a write showed the
+        cache behind for it. The cache's objects are replaced, never changed in place, so a
+        copy taken off the loop's thread is whole."""
+        if not self.informer.synced.is_set() or name in self._stale:
+            raise NotCachedError(f"Display {name}: the watch's cache cannot tell yet")
+        found = self.informer.get(name)
+        return None if found is None else copy.deepcopy(found)
 
     async def _read(self, name: str) -> JsonObject | None:
         """Display `name` from the informer's cache once it has listed (a copy: callers build
