@@ -416,3 +416,24 @@ def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: FakeKube,
     hdmi = _get(fake, HDMI)
     assert hdmi["spec"] == {"mode": "1280x720@60"}
     assert hdmi["metadata"]["labels"][display.NODE_LABEL] == NODE
+
+
+def test_held_writes_wait_until_let_go(fake: FakeKube, tmp_path: Path) -> None:
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> tuple[list[str], dict[str, displays.Result]]:
+        writer = displays.Displays(client, node=NODE, backoff=FAST)
+        writer.hold_writes(True)
+        fake.requests.clear()
+        pass_ = asyncio.create_task(writer.reconcile(cards))
+        # Long enough for both Displays' reads and writes, were they not held.
+        done, _ = await asyncio.wait({pass_}, timeout=1.0)
+        held = [f"{r.method} {r.path}" for r in fake.request_log()]
+        assert not done, "the pass ended while its writes were held"
+        writer.hold_writes(False)
+        return held, await pass_
+
+    held, results = _run(fake, scenario)
+    assert [r for r in held if not r.startswith("GET ")] == []
+    assert results == {HDMI: "created", DP: "created"}
+    assert _get(fake, HDMI)["status"]["connected"] is True

@@ -185,6 +185,13 @@ class NodeRuntime:
         written at the next reconcile (call `refresh()` to write now)."""
         self._observed.claims = dict(claims)
 
+    async def hold_display_writes(self, held: bool) -> None:
+        """Hold every Display write (creates, status, labels) while `held`; reads, the slice
+        and the watches go on. The operator holds them from its start until its gRPC server
+        serves, so the kubelet's registration, which waits for nothing else, does not queue
+        behind a video wall's 16 Displays and their status on the API server."""
+        self.displays.hold_writes(held)
+
     async def close(self) -> None:
         """Release the API client."""
         await self._client.close()
