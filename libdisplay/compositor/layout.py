@@ -3,12 +3,13 @@
 The module (`westonctl/layout/layout.c`, weston's shell) speaks a line protocol on both; its
 header comment is the specification. Control: greeting `LAYOUT 1`, then `CREATE <claim>
 <output> <socket-path>`, `REMOVE <claim>` and `LIST`, each answered by `OK ...` or
-`ERR <code> <text>`; `CONFIGURE <output> [mode=..] [transform=..] [scale=..] [modeset=1]`
-(one output's mode, transform and scale changed live) and `OUTPUTS`, answered by `OK ...`
-or `ERR <code> <field> <text>`, which `configure` raises as the `LayoutConfigureError`
-subclass of its code. Capture: greeting `LAYOUT-CAPTURE 1`, then `FRAME <output>` or
-`FRAME <output> <max-width>x<max-height>` (the module box-filters the frame down by the
-smallest integer factor that fits it in the bound), answered by
+`ERR <code> <text>`; `CONFIGURE <output> [mode=..] [transform=..] [scale=..]
+[modeset=1 | power=off]` (one output's mode, transform and scale changed live, or the output
+powered off), `OUTPUTS` and `PROBE` (the DRM master's re-detection of the card's connectors),
+answered by `OK ...` or `ERR <code> <field> <text>`, which `configure` and `probe` raise as
+the `LayoutConfigureError` subclass of its code. Capture: greeting `LAYOUT-CAPTURE 1`, then
+`FRAME <output>` or `FRAME <output> <max-width>x<max-height>` (the module box-filters the
+frame down by the smallest integer factor that fits it in the bound), answered by
 `FRAME <width> <height> <stride> <format> <yflip> <nbytes>` and the pixels, or by `ERR`.
 
 Arguments are checked here against the module's own rules before anything is sent, so a bad
@@ -115,7 +116,8 @@ class LayoutReplyError(LayoutError):
 
 class LayoutConfigureError(LayoutReplyError):
     """CONFIGURE or OUTPUTS answered `ERR <code> <field> <text>`; `field` names what was
-    refused (request, output, mode, transform, scale, modeset). Nothing was left changed."""
+    refused (request, output, mode, transform, scale, modeset, power, probe). Nothing was
+    left changed."""
 
     def __init__(self, code: str, field: str, text: str) -> None:
         super().__init__(code, f"{field}: {text}")
@@ -200,6 +202,22 @@ class OutputState:
     logical_width: int
     logical_height: int
     modes: tuple[OutputMode, ...] = ()
+    powered: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorProbe:
+    """One connector as PROBE found it after the kernel re-detected it: weston's name for it
+    (`Virtual-2`), `connected`, `disconnected` or `unknown`, and the first 16 hex characters of
+    its EDID's SHA-256 ("" without an EDID), as the operator digests sysfs's `edid`."""
+
+    connector: str
+    status: str
+    edid_digest: str
+
+    @property
+    def connected(self) -> bool:
+        return self.status == "connected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +312,8 @@ def encode_list() -> bytes:
 
 
 def _check_configure(
-    mode: str | None, transform: str | None, scale: int | None, modeset: bool
+    mode: str | None, transform: str | None, scale: int | None, modeset: bool,
+    power_off: bool = False,
 ) -> None:
     if mode is not None:
         found = _MODE_RE.fullmatch(mode) if isinstance(mode, str) else None
@@ -313,6 +332,10 @@ def _check_configure(
         raise LayoutUsageError(f"scale must be an int from 1 to {SCALE_MAX}, got {scale!r}")
     if not isinstance(modeset, bool):
         raise LayoutUsageError(f"modeset must be a bool, got {modeset!r}")
+    if not isinstance(power_off, bool):
+        raise LayoutUsageError(f"power_off must be a bool, got {power_off!r}")
+    if modeset and power_off:
+        raise LayoutUsageError("modeset powers the output on, power_off off: not both")
 
 
 def encode_configure(
@@ -322,9 +345,10 @@ def encode_configure(
     transform: str | None = None,
     scale: int | None = None,
     modeset: bool = False,
+    power_off: bool = False,
 ) -> bytes:
     _check_output(output)
-    _check_configure(mode, transform, scale, modeset)
+    _check_configure(mode, transform, scale, modeset, power_off)
     words = ["CONFIGURE", output]
     if mode is not None:
         words.append(f"mode={mode}")
@@ -334,11 +358,32 @@ def encode_configure(
         words.append(f"scale={scale}")
     if modeset:
         words.append("modeset=1")
+    if power_off:
+        words.append("power=off")
     return (" ".join(words) + "\n").encode()
 
 
 def encode_outputs() -> bytes:
     return b"OUTPUTS\n"
+
+
+def encode_probe() -> bytes:
+    return b"PROBE\n"
+
+
+_PROBE_STATUSES: Final = ("connected", "disconnected", "unknown")
+_DIGEST_RE: Final = re.compile(r"-|[0-9a-f]{16}")
+
+
+def parse_probe_line(line: str) -> ConnectorProbe:
+    """`<connector> status=<s> edid=<16 hex digits or ->`."""
+    name, _, rest = line.partition(" ")
+    fields = dict(word.partition("=")[::2] for word in rest.split(" ") if word)
+    status, digest = fields.get("status", ""), fields.get("edid", "")
+    if not _PRINTABLE_RE.fullmatch(name) or status not in _PROBE_STATUSES or \
+            not _DIGEST_RE.fullmatch(digest):
+        raise LayoutProtocolError(f"bad probe line {line[:200]!r}")
+    return ConnectorProbe(name, status, "" if digest == "-" else digest)
 
 
 def parse_mode_list(text: str, *, hz_decimals: bool = False) -> list[OutputMode]:
@@ -375,6 +420,7 @@ def parse_output_state(line: str) -> OutputState:
             logical_width=int(fields["width"]),
             logical_height=int(fields["height"]),
             modes=tuple(parse_mode_list(fields.get("modes", ""))),
+            powered=fields.get("power", "on") != "off",
         )
     except (KeyError, ValueError) as exc:
         raise LayoutProtocolError(f"bad output line {line[:200]!r}") from exc
@@ -628,9 +674,11 @@ class LayoutControl:
         transform: str | None = None,
         scale: int | None = None,
         modeset: bool = False,
+        power_off: bool = False,
     ) -> OutputState:
         """Change `output` live: `mode` "WxH" or "WxH@Hz" (from its mode list), `transform`
-        one of TRANSFORMS, `scale` 1..8, `modeset` a full modeset even when nothing changes.
+        one of TRANSFORMS, `scale` 1..8, `modeset` a full modeset even when nothing changes
+        (it also lights an output powered off), `power_off` the output off (a monitor gone).
 
         Returns what weston reports afterwards (without the mode list). Refusals raise the
         `LayoutConfigureError` subclass of the module's code, e.g. `LayoutModeNotOffered`
@@ -638,9 +686,20 @@ class LayoutControl:
         output is then as it was.
         """
         rest, _ = self._configure_reply(
-            encode_configure(output, mode=mode, transform=transform, scale=scale, modeset=modeset)
+            encode_configure(output, mode=mode, transform=transform, scale=scale,
+                             modeset=modeset, power_off=power_off)
         )
         return parse_output_state(rest)
+
+    def probe(self) -> tuple[ConnectorProbe, ...]:
+        """Make the kernel re-detect every connector of weston's card (weston's forced probe
+        as DRM master) and say what it found. `LayoutUnsupported` (field `probe`) where
+        weston drives no card (x11, headless): nothing can re-detect there."""
+        count, deadline = self._configure_reply(encode_probe())
+        if not count.isdigit():
+            raise LayoutProtocolError(f"expected OK <count>, got {count!r}")
+        return tuple(parse_probe_line(self._channel.read_line(deadline, REPLY_LINE_MAX))
+                     for _ in range(int(count)))
 
     def outputs(self) -> list[OutputState]:
         """Every enabled output as weston reports it, with its mode list."""

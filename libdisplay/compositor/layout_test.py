@@ -276,6 +276,7 @@ def test_encode_configure() -> None:
         == b"CONFIGURE DP-1 mode=1280x720@59.94 transform=rotate-90 scale=2\n"
     )
     assert layout.encode_configure("DP-1", modeset=True) == b"CONFIGURE DP-1 modeset=1\n"
+    assert layout.encode_configure("DP-1", power_off=True) == b"CONFIGURE DP-1 power=off\n"
 
 
 @pytest.mark.parametrize(
@@ -290,6 +291,8 @@ def test_encode_configure() -> None:
         ({"scale": 9}, "scale"),
         ({"scale": True}, "scale"),
         ({"modeset": 1}, "modeset"),
+        ({"power_off": "yes"}, "power_off"),
+        ({"modeset": True, "power_off": True}, "modeset"),
     ],
 )
 def test_encode_configure_refuses_bad_fields(kwargs: dict[str, object], field: str) -> None:
@@ -324,3 +327,36 @@ def test_configure_and_outputs_round_trip(tmp_path: Path) -> None:
         assert (unsupported.value.code, unsupported.value.field) == ("unsupported", "mode")
         with pytest.raises(layout.LayoutConfigureFailed):
             control.configure("DP-1", scale=3)
+
+
+def test_probe_round_trips(tmp_path: Path) -> None:
+    script = control_script(
+        (b"PROBE\n", b"OK 2\nVirtual-1 status=connected edid=0123456789abcdef\n"
+                     b"Virtual-2 status=disconnected edid=-\n"),
+        (b"CONFIGURE Virtual-2 power=off\n",
+         b"OK Virtual-2 mode=1280x800@60000 transform=normal scale=1 x=1920 y=0 width=1280 "
+         b"height=800 power=off\n"),
+        (b"PROBE\n", b"ERR unsupported probe only the DRM backend drives a card to probe\n"),
+        (b"PROBE\n", b"OK 1\nVirtual-1 status=maybe edid=-\n"),
+    )
+    with scripted(tmp_path / "s.sock", script) as path, LayoutControl(path, timeout=5) as control:
+        assert control.probe() == (
+            layout.ConnectorProbe("Virtual-1", "connected", "0123456789abcdef"),
+            layout.ConnectorProbe("Virtual-2", "disconnected", ""),
+        )
+        assert control.configure("Virtual-2", power_off=True).powered is False
+        with pytest.raises(layout.LayoutUnsupported) as unsupported:
+            control.probe()
+        assert unsupported.value.field == "probe"
+        with pytest.raises(layout.LayoutProtocolError, match="bad probe line"):
+            control.probe()
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["Virtual-1 status=connected edid=0123", "Virtual-1 edid=-", " status=connected edid=-",
+     "Virtual-1 status=connected edid=0123456789ABCDEF"],
+)
+def test_parse_probe_line_rejects(line: str) -> None:
+    with pytest.raises(layout.LayoutProtocolError):
+        layout.parse_probe_line(line)
