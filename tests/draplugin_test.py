@@ -34,7 +34,6 @@ from lightkube.types import PatchType
 from draplugin.service import WORKERS
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
-from fakekube.kubelet import Claim, Kubelet, get_info
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
@@ -52,6 +51,7 @@ from libdisplay.sim.sysfs import (
     sysfs_root,
     write_tree,
 )
+from simnode.kubelet.plugin import Claim, Kubelet, get_info
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
 from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)

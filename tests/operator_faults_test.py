@@ -28,13 +28,13 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from draplugin.settings import DRIVER
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
-from fakekube.kubelet import Claim, Kubelet
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
 from libdisplay.sim.sysfs import hotplug
+from simnode.kubelet.plugin import Claim, Kubelet
 from tests.draplugin_test import (
     INITIAL_INI,
     _check_invariants,

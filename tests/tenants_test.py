@@ -22,10 +22,9 @@ import pytest
 
 from libdisplay.compositor.layout import LayoutControl, LayoutError, OutputState
 from libdisplay.hardware.modes import Mode
-from simnode import card
-from simnode.api import DISPLAYS
-from simnode.pod import control
-from simnode.pod import node as pod_node
+from simnode.cluster import control
+from simnode.cluster.api import DISPLAYS
+from simnode.node import card, pod_node
 from tests.pod_scenario_test import NODE, _node, denials, rendered, slice_devices, wait_for
 from tests.support.tenant import Tenant, wait_still
 

@@ -21,7 +21,7 @@ from libdisplay.display import API_VERSION, display_name
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim.edid import EdidParams, build_edid
 from libdisplay.sim.sysfs import SimCard, SimConnector, write_tree
-from simnode.state import Layout
+from simnode.cli.state import Layout
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"

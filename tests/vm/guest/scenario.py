@@ -80,7 +80,7 @@ SHOWN_COVERAGE = 0.9
 """The claimed head counts as showing the app once this share of a sampled dump is its colour."""
 CAPTURE = "https://127.0.0.1:9201"
 VIEWER = ("default", "screen-viewer")
-"""The ServiceAccount simnode's RBAC lets see every screen (simnode/pod/rbac.yaml)."""
+"""The ServiceAccount simnode's RBAC lets see every screen (simnode/cluster/rbac.yaml)."""
 
 results: dict[str, Any] = {"steps": [], "errors": [], "cmdlines": {}, "environs": {}}
 cluster: dict[str, Any] = {}
