@@ -25,7 +25,7 @@ DIAL_TIMEOUT_S: Final = 1.0
 """Per socket; the kubelet's probe (daemonset.yaml) waits longer than both together."""
 
 
-class Liveness:
+class HealthChecks:
     """The verdict of every check added so far: alive while all are, else the first failure's
     reason. Checks are added as their part starts (the gRPC server serves after recovery)."""
 

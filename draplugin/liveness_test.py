@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from draplugin.liveness import Liveness, grpc_answers
+from draplugin.liveness import HealthChecks, grpc_answers
 from draplugin.service import PluginServer
 from draplugin.testing import settings
 
 
 def test_alive_while_every_check_is_and_the_first_failure_names_why() -> None:
-    liveness = Liveness(lambda: (True, "loop: a pass 1 s ago"))
+    liveness = HealthChecks(lambda: (True, "loop: a pass 1 s ago"))
     assert liveness() == (True, "loop: a pass 1 s ago")
     liveness.add(lambda: (False, "the gRPC server does not answer"))
     liveness.add(lambda: (False, "never reached"))

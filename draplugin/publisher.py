@@ -20,7 +20,7 @@ from typing import Any
 from draplugin import modes
 from draplugin.checkpoint import Checkpoint
 from draplugin.compositor import Compositor
-from draplugin.liveness import Liveness
+from draplugin.liveness import HealthChecks
 from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
 from draplugin.node.retry import Backoff, fatal
@@ -45,7 +45,7 @@ class Publisher:
     thread: NodeThread
     runtime: NodeRuntime
     metrics_server: Any
-    liveness: Liveness
+    liveness: HealthChecks
     """What /healthz answers: the publisher's loop, and what the operator adds."""
 
     def refusal(self) -> str | None:
@@ -169,7 +169,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         on_fatal=on_fatal,
     )
     runtime = thread.start()
-    liveness = Liveness(runtime.liveness)
+    liveness = HealthChecks(runtime.liveness)
     server = runtime.metrics.serve(metrics_addr, health=liveness)
     log.info("node publisher running for %s", settings.node_name)
     return Publisher(thread=thread, runtime=runtime, metrics_server=server, liveness=liveness)

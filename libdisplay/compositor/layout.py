@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+# weston.ini's names for a transform, which the module speaks too (re-exported).
+from libdisplay.compositor.weston import TRANSFORMS as TRANSFORMS  # noqa: PLC0414
+
 CONTROL_GREETING: Final = "LAYOUT 1"
 CAPTURE_GREETING: Final = "LAYOUT-CAPTURE 1"
 LINE_MAX: Final = 1023
@@ -35,17 +38,6 @@ LINE_MAX: Final = 1023
 REPLY_LINE_MAX: Final = 16384
 MODE_SIDE_MAX: Final = 16384
 SCALE_MAX: Final = 8
-# weston.ini's names (libdisplay.compositor.weston.TRANSFORMS), which the module speaks too.
-TRANSFORMS: Final = (
-    "normal",
-    "rotate-90",
-    "rotate-180",
-    "rotate-270",
-    "flipped",
-    "flipped-rotate-90",
-    "flipped-rotate-180",
-    "flipped-rotate-270",
-)
 CLAIM_MAX: Final = 128
 OUTPUT_MAX: Final = 63
 SUN_PATH_MAX: Final = 107
