@@ -4,6 +4,7 @@ node publisher of monitors."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -106,12 +107,25 @@ def operator(**options: Any) -> None:
         raise click.BadParameter(
             f"{fault!r} is not one of {', '.join(FAULT_POINTS)}", param_hint="--fault-point"
         )
+    from draplugin.node.retry import Backoff
+    from draplugin.node.settings import NodeSettings
     from draplugin.settings import KubeAccess, Settings
 
     # lightkube's HTTP library logs every request at INFO; a person reads the plugin's lines.
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
+    node = NodeSettings(
+        name=options["node_name"],
+        sysfs_root=options["sysfs_root"],
+        dev_root=options["dev_root"],
+        pod=_this_pod(),
+        aliases=output_aliases(options["output_alias"]),
+        hotplug_resync=options["hotplug_resync"],
+        slice_resync=options["slice_resync"],
+        liveness_timeout=options["liveness_timeout"],
+        backoff=Backoff.capped(options["api_backoff_cap"]),
+    )
     settings = Settings(
-        node_name=options["node_name"],
+        node=node,
         plugin_dir=options["plugin_dir"],
         registry_dir=options["registry_dir"],
         cdi_dir=options["cdi_root"],
@@ -121,14 +135,7 @@ def operator(**options: Any) -> None:
         socket_dir=options["runtime_dir"],
         container_socket_dir=options["container_runtime_dir"],
         socket_name=options["socket"],
-        sysfs_root=options["sysfs_root"],
-        dev_root=options["dev_root"],
-        aliases=output_aliases(options["output_alias"]),
         restart_timeout_s=options["restart_timeout"],
-        hotplug_resync_s=options["hotplug_resync"],
-        slice_resync_s=options["slice_resync"],
-        liveness_timeout_s=options["liveness_timeout"],
-        api_backoff_cap_s=options["api_backoff_cap"],
         kube=KubeAccess(api_server=options["api_server"], kubeconfig=options["kubeconfig"],
                         token_file=options["api_token_file"], ca_file=options["api_ca_file"]),
         shell=options["shell"],
@@ -143,6 +150,13 @@ def operator(**options: Any) -> None:
     except OperatorError as err:
         raise click.ClickException(str(err)) from err
     sys.exit(running.run())
+
+
+def _this_pod() -> tuple[str, str] | None:
+    """(namespace, name) of the operator's pod, from the downward API's env; None outside a
+    pod, which leaves the compositor's crash count at 0."""
+    namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
+    return (namespace, pod) if namespace and pod else None
 
 
 @cli.command("checkpoint")

@@ -146,13 +146,14 @@ def derive(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig],
     composes them (DisplayReadError when a Display cannot be read: a derivation would be a
     guess)."""
     cards = tuple(cards) if cards is not None else drm.enumerate_cards(
-        sysfs_root=settings.sysfs_root, dev_root=settings.dev_root
+        sysfs_root=settings.node.sysfs_root, dev_root=settings.node.dev_root
     )
     connected = tuple(c.device_name for card in cards for c in card.connectors if c.connected)
-    read = {d: _read_display(kube, settings.node_name, d) for d in connected}
+    read = {d: _read_display(kube, settings.node.name, d) for d in connected}
     merged = {d: _merged_spec(r.spec if r else None, claimed.get(d)) for d, r in read.items()}
     claim_modes = {d: c.mode for d, c in claimed.items() if isinstance(c.mode, Mode)}
-    choices = choose_all(cards, specs=merged, claim_modes=claim_modes, aliases=settings.aliases)
+    choices = choose_all(cards, specs=merged, claim_modes=claim_modes,
+                         aliases=settings.node.aliases)
     devices = [c.device_name for card in cards for c in card.connectors]
     for choice in choices:
         for warning in choice.warnings:

@@ -99,7 +99,7 @@ class Operator:
             self.node.liveness.add(grpc_answers((self.settings.dra_socket,
                                                  self.settings.registration_socket)))
             self.node.thread.submit(self.node.runtime.hold_display_writes(False))
-        log.info("operator ready on node %s", self.settings.node_name)
+        log.info("operator ready on node %s", self.settings.node.name)
         try:
             self.server.wait()
         finally:
@@ -149,7 +149,7 @@ def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[
     """The driver's hooks that write what each prepared claim got into its ResourceClaim's
     status (draplugin.claimstatus), and take it out at release."""
     writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
-                               pool=settings.node_name)
+                               pool=settings.node.name)
 
     def key(entry: Any) -> ClaimRef:
         return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)

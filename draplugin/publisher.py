@@ -12,7 +12,6 @@ observedGeneration).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,8 @@ from draplugin.compositor import Compositor
 from draplugin.liveness import HealthChecks
 from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
-from draplugin.node.retry import Backoff, fatal
+from draplugin.node.retry import fatal
 from draplugin.node.runtime import (
-    NodeConfig,
     NodeRuntime,
     NodeThread,
     NodeThreadError,
@@ -132,31 +130,12 @@ def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
     return SpecOutcome.restart_pending(verdict.detail)
 
 
-def node_config(settings: Settings) -> NodeConfig:
-    """The publisher's view of the settings (the compositor's paths and timeouts are the
-    Compositor's, from `Settings.compositor`, never copied here)."""
-    namespace, pod = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
-    return NodeConfig(
-        node=settings.node_name,
-        sysfs_root=settings.sysfs_root,
-        dev_root=settings.dev_root,
-        pod=(namespace, pod) if namespace and pod else None,
-        aliases=settings.aliases,
-        hotplug_resync=settings.hotplug_resync_s,
-        slice_resync=settings.slice_resync_s,
-        liveness_timeout=settings.liveness_timeout_s,
-        backoff=Backoff.capped(settings.api_backoff_cap_s),
-    )
-
-
 def node_runtime(settings: Settings, client: Any) -> NodeRuntime:
     """The node publisher's runtime for these settings, with its compositor counted in its
     metrics."""
     registry = Metrics()
-    config = node_config(settings)
-    return NodeRuntime(client, config, settings.compositor(recorder=registry,
-                                                           probe_timeout=config.probe_timeout),
-                       registry=registry)
+    compositor = settings.compositor(recorder=registry, probe_timeout=settings.node.probe_timeout)
+    return NodeRuntime(client, settings.node, compositor, registry=registry)
 
 
 def start_publisher(settings: Settings, *, metrics_addr: str,
@@ -171,5 +150,5 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
     runtime = thread.start()
     liveness = HealthChecks(runtime.liveness)
     server = runtime.metrics.serve(metrics_addr, health=liveness)
-    log.info("node publisher running for %s", settings.node_name)
+    log.info("node publisher running for %s", settings.node.name)
     return Publisher(thread=thread, runtime=runtime, metrics_server=server, liveness=liveness)

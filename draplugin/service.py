@@ -176,7 +176,7 @@ class PluginServer:
         ok, detail = self._compositor()
         try:
             cards = drm.enumerate_cards(
-                sysfs_root=self._settings.sysfs_root, dev_root=self._settings.dev_root
+                sysfs_root=self._settings.node.sysfs_root, dev_root=self._settings.node.dev_root
             )
         except drm.DrmError as err:
             log.warning("cannot list devices for the health stream: %s", err)
@@ -185,7 +185,7 @@ class PluginServer:
         return [
             health.DeviceHealth(
                 device=health.DeviceIdentifier(
-                    pool_name=self._settings.node_name, device_name=c.device_name
+                    pool_name=self._settings.node.name, device_name=c.device_name
                 ),
                 health=health.HEALTHY if ok else health.UNHEALTHY,
                 last_updated_time=now,

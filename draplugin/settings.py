@@ -1,12 +1,14 @@
-"""Everything the operator reads from its flags and environment, in one frozen value."""
+"""Everything the operator reads from its flags and environment, in one frozen value: its
+paths and the compositor's at the top, the API access (`KubeAccess`) and the node with its
+publisher's cadence (`NodeSettings`) as groups, each handed whole to the part that uses it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from draplugin.node.settings import NodeSettings
 from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube.access import Endpoint
@@ -41,7 +43,8 @@ class KubeAccess:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    node_name: str
+    node: NodeSettings
+    """The node's facts and the publisher's cadence."""
     plugin_dir: Path
     registry_dir: Path
     cdi_dir: Path
@@ -52,17 +55,8 @@ class Settings:
     """The compositor's runtime dir on the host: the CDI spec mounts it."""
     container_socket_dir: Path
     socket_name: str
-    sysfs_root: Path
-    dev_root: Path
-    aliases: Mapping[str, str]
     restart_timeout_s: float
     kube: KubeAccess
-    hotplug_resync_s: float = 30.0
-    slice_resync_s: float = 5.0
-    liveness_timeout_s: float = 60.0
-    """/healthz fails once the publisher's loop has not completed a pass for this long."""
-    api_backoff_cap_s: float = 2.0
-    """The longest delay between retries of a failed API call."""
     shell: str = LAYOUT_SHELL
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"

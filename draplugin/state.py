@@ -174,7 +174,7 @@ def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -
             f"ResourceClaim {ref.namespace}/{ref.name} has uid {uid}, not {ref.uid}: "
             "it was replaced"
         )
-    allocated = allocated_devices(claim, pool=settings.node_name)
+    allocated = allocated_devices(claim, pool=settings.node.name)
     connectors = _connectors(settings)
     prepared, outputs, configs, ddc_plans = [], [], {}, []
     for device in allocated:
@@ -186,7 +186,7 @@ def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -
         config = _check_config(device, read_monitor(connector))
         if (ddc_plan := ddc.plan(connector, config)) is not None:
             ddc_plans.append(ddc_plan)
-        output = settings.aliases.get(connector.output_name, connector.output_name)
+        output = settings.node.aliases.get(connector.output_name, connector.output_name)
         claimed = ClaimedOutput(device=device.device, output=output)
         outputs.append(claimed)
         prepared.append(
@@ -213,7 +213,8 @@ def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -
 
 
 def _connectors(settings: Settings) -> dict[str, drm.Connector]:
-    cards = drm.enumerate_cards(sysfs_root=settings.sysfs_root, dev_root=settings.dev_root)
+    node = settings.node
+    cards = drm.enumerate_cards(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
     return {c.device_name: c for card in cards for c in card.connectors}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
+from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from draplugin.state import ClaimRef, Driver
 from libdisplay.hardware import mccs
@@ -68,13 +69,14 @@ class DictKube:
 
 def _settings(root: Path) -> Settings:
     return Settings(
-        node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "registry",
+        node=NodeSettings(name=NODE, sysfs_root=sysfs_tree.sysfs_root(root),
+                          dev_root=sysfs_tree.dev_root(root)),
+        plugin_dir=root / "plugin", registry_dir=root / "registry",
         cdi_dir=root / "cdi", weston_ini=root / "etc" / "weston.ini",
         restarts_dir=root / "etc" / "restarts",
         pid_file=root / "etc" / "weston.pid", socket_dir=root / "run",
         container_socket_dir=root / "run", socket_name="wayland-0",
-        sysfs_root=sysfs_tree.sysfs_root(root), dev_root=sysfs_tree.dev_root(root),
-        aliases={}, restart_timeout_s=1.0, kube=KubeAccess(), shell="kiosk-shell.so",
+        restart_timeout_s=1.0, kube=KubeAccess(), shell="kiosk-shell.so",
         delivery="shared",
     )
 

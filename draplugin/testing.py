@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from draplugin.checkpoint import ClaimEntry, PreparedDevice
+from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim.edid import EdidParams, build_edid
@@ -34,10 +35,10 @@ def settings(root: Path, *, restart_timeout_s: float = 1.0) -> Settings:
                      modes=("1920x1080", "1280x720", "1024x768")),)))
     etc = root / "etc"
     return Settings(
-        node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "reg",
+        node=NodeSettings(name=NODE, sysfs_root=sysfs_root(root), dev_root=dev_root(root)),
+        plugin_dir=root / "plugin", registry_dir=root / "reg",
         cdi_dir=root / "cdi", weston_ini=etc / "weston.ini",
         restarts_dir=etc / "restarts", pid_file=etc / "weston.pid", socket_dir=root / "run",
         container_socket_dir=root / "run", socket_name="wayland-0",
-        sysfs_root=sysfs_root(root), dev_root=dev_root(root), aliases={},
         restart_timeout_s=restart_timeout_s, kube=KubeAccess(),
     )

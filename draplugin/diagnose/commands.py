@@ -46,11 +46,15 @@ def _node_option(*, required: bool) -> Callable[[F], F]:
 
 def _settings(options: dict[str, Any]) -> Any:
     """The operator's Settings for these flags; what a dry run never touches keeps its default."""
+    from draplugin.node.settings import NodeSettings
     from draplugin.settings import KubeAccess, Settings
 
     unused = Path("/nonexistent")
+    node = NodeSettings(name=options.get("node_name") or "", sysfs_root=options["sysfs_root"],
+                        dev_root=options["dev_root"],
+                        aliases=output_aliases(options["output_alias"]))
     return Settings(
-        node_name=options.get("node_name") or "",
+        node=node,
         plugin_dir=options["plugin_dir"],
         registry_dir=unused,
         cdi_dir=unused,
@@ -60,9 +64,6 @@ def _settings(options: dict[str, Any]) -> Any:
         socket_dir=options["runtime_dir"],
         container_socket_dir=options["container_runtime_dir"],
         socket_name=options["socket"],
-        sysfs_root=options["sysfs_root"],
-        dev_root=options["dev_root"],
-        aliases=output_aliases(options["output_alias"]),
         restart_timeout_s=10.0,
         kube=KubeAccess(),
         shell=options["shell"],

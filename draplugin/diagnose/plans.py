@@ -21,7 +21,7 @@ from libdisplay import cdi
 from libdisplay.hardware import drm
 
 JsonObject = dict[str, Any]
-DDC_PROBE_TIMEOUT_S: Final = 10.0  # the publisher's own bound per bus (NodeConfig.ddc_timeout)
+DDC_PROBE_TIMEOUT_S: Final = 10.0  # the publisher's own bound per bus (NodeSettings.ddc_timeout)
 FIRST_GENERATION: Final = 0  # a pool's first slice, as the publisher creates it
 
 
@@ -139,10 +139,11 @@ def resource_slice(settings: Settings, *, node_uid: str, ddc: bool) -> JsonObjec
     device says `ddc: false`."""
     from draplugin.node import slices
 
-    cards = drm.enumerate_cards(sysfs_root=settings.sysfs_root, dev_root=settings.dev_root)
-    answers = probe_ddc(cards, dev_root=settings.dev_root) if ddc else {}
+    node = settings.node
+    cards = drm.enumerate_cards(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    answers = probe_ddc(cards, dev_root=node.dev_root) if ddc else {}
     devices = slices.with_taint(slices.build_devices(cards, ddc=answers), tainted=False)
-    return slices.build_slice(settings.node_name, node_uid=node_uid, devices=devices,
+    return slices.build_slice(node.name, node_uid=node_uid, devices=devices,
                               generation=FIRST_GENERATION)
 
 
@@ -156,7 +157,7 @@ def cdi_spec(settings: Settings, kube: FileKube, claim: JsonObject) -> JsonObjec
     ref = ClaimRef(uid=_metadata(claim, "uid", source="the claim"), namespace=_namespace(claim),
                    name=_metadata(claim, "name", source="the claim"))
     # The DDC/CI hook only checks a plan here (no I/O); buses come from the sysfs links.
-    hook = ddcmap.ClaimDdc(ddcmap.Buses(dev_root=settings.dev_root), buses=dict)
+    hook = ddcmap.ClaimDdc(ddcmap.Buses(dev_root=settings.node.dev_root), buses=dict)
     # The plan is prepare's first step and writes nothing; the spec is what its last step writes.
     plan = plan_claim(settings, kube, ref, ddc=hook)
     chosen = delivery.from_settings(settings)

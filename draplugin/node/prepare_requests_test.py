@@ -18,6 +18,7 @@ import pytest
 from draplugin import operator
 from draplugin.kube import LightkubeKube
 from draplugin.node.displays import NotCachedError
+from draplugin.node.settings import NodeSettings
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.settings import KubeAccess, Settings
 from draplugin.state import ClaimRef, Driver
@@ -54,13 +55,15 @@ def wired(tmp_path: Path) -> Iterator[tuple[FakeKube, Publisher, Driver]]:
         etc.mkdir()
         (etc / "weston.pid").write_text(f"{compositor.process.pid}\n")
         settings = Settings(
-            node_name=NODE, plugin_dir=tmp_path / "plugin", registry_dir=tmp_path / "reg",
+            node=NodeSettings(name=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+                              dev_root=sysfs_tree.dev_root(tmp_path),
+                              aliases={"HDMI-A-1": "headless"}),
+            plugin_dir=tmp_path / "plugin", registry_dir=tmp_path / "reg",
             cdi_dir=tmp_path / "cdi", weston_ini=etc / "weston.ini",
             restarts_dir=etc / "restarts", pid_file=etc / "weston.pid",
             socket_dir=compositor.runtime_dir, container_socket_dir=compositor.runtime_dir,
-            socket_name=compositor.socket.name, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
-            dev_root=sysfs_tree.dev_root(tmp_path), aliases={"HDMI-A-1": "headless"},
-            restart_timeout_s=5.0, kube=KubeAccess(api_server=fake.url), delivery="shared")
+            socket_name=compositor.socket.name, restart_timeout_s=5.0,
+            kube=KubeAccess(api_server=fake.url), delivery="shared")
         publisher = start_publisher(settings, metrics_addr="127.0.0.1:0")
         try:
             with serving(settings.layout_control, FakeModule({"headless": state_line()})):

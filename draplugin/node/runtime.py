@@ -26,7 +26,8 @@ from lightkube import AsyncClient
 from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
-from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
+from draplugin.node.retry import fatal
+from draplugin.node.settings import NodeSettings
 from libdisplay.compositor import wayland
 from libdisplay.hardware import drm
 from libdisplay.kube import access as kubeaccess
@@ -36,32 +37,6 @@ from libdisplay.kube.access import Endpoint
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """Where the node's pieces are. `pod` is (namespace, name) of this pod, for the weston
-    container's restart count; None leaves the crash count at 0. `aliases` map connector
-    output names to the compositor's (a simulated node runs weston's x11 outputs `X1`, ...)."""
-
-    node: str
-    sysfs_root: Path = Path("/sys")
-    dev_root: Path = Path("/dev")
-    pod: tuple[str, str] | None = None
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    """Connector output name (`HDMI-A-1`) → the compositor's name for it, where they differ."""
-    slice_resync: float = 5.0
-    hotplug_resync: float = 30.0
-    ddc_timeout: float = 10.0
-    watchdog_interval: float = watchdog.INTERVAL_S
-    watchdog_timeout: float = watchdog.TIMEOUT_S
-    """The watchdog's cadence: its defaults are the hang budgets' (draplugin.node.watchdog)."""
-    probe_timeout: float = 1.0
-    """The compositor's other probes (its outputs, a restart's answer)."""
-    liveness_timeout: float = 60.0
-    """Seconds without a completed pass of the slice loop after which liveness fails."""
-    backoff: Backoff = DEFAULT_BACKOFF
-    """Delays between retries of a failed API call."""
 
 
 @dataclass(slots=True)
@@ -76,7 +51,7 @@ class NodeRuntime:
     def __init__(
         self,
         client: AsyncClient,
-        config: NodeConfig,
+        config: NodeSettings,
         compositor: Compositor,
         *,
         source: hotplug.UeventSource | None = None,
@@ -93,11 +68,11 @@ class NodeRuntime:
         self._observed = _Observed()
         self._bus_map: dict[str, int] = {}
         self.publisher = slices.Publisher(
-            client, node=config.node, resync=config.slice_resync, backoff=config.backoff,
+            client, node=config.name, resync=config.slice_resync, backoff=config.backoff,
             on_publish=self.metrics.slice_publishes.inc,
             on_error=self.metrics.api_error("resourceslices"),
             on_retry=self.metrics.api_retry, on_pass=self._passed)
-        self.displays = displays.Displays(client, node=config.node, backoff=config.backoff,
+        self.displays = displays.Displays(client, node=config.name, backoff=config.backoff,
                                           on_error=self.metrics.api_error("displays"),
                                           on_retry=self.metrics.api_retry)
         # Start-up counts as a pass: liveness gives the first one the same time as any.

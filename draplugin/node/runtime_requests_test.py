@@ -14,6 +14,7 @@ from typing import Any
 from draplugin.compositor import Compositor
 from draplugin.node import displays, hotplug, runtime, slices
 from draplugin.node.runtime_test import _until
+from draplugin.node.settings import NodeSettings
 from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
@@ -53,8 +54,8 @@ def test_a_hotplug_and_a_claim_read_no_display_and_idle_resyncs_send_nothing(
         sysfs_tree.SimConnector(type="HDMI-A", edid=A),
         sysfs_tree.SimConnector(type="DP", status="disconnected"),
     )))
-    config = runtime.NodeConfig(
-        node=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+    config = NodeSettings(
+        name=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
         dev_root=sysfs_tree.dev_root(tmp_path), hotplug_resync=0.02, slice_resync=0.02,
         watchdog_interval=10.0, probe_timeout=0.2)
     # No weston: the compositor's socket is absent.

@@ -12,6 +12,7 @@ from typing import Any, cast
 from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
+from draplugin.node.settings import NodeSettings
 from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
@@ -81,8 +82,8 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
         pid_file.write_text(f"{w.process.pid}\n")
-        config = runtime.NodeConfig(
-            node=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+        config = NodeSettings(
+            name=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
             dev_root=sysfs_tree.dev_root(tmp_path),
             watchdog_interval=0.1, probe_timeout=0.5, aliases={"HDMI-A-1": "headless"})
         compositor = _compositor(w.socket, pid_file)
@@ -164,8 +165,8 @@ def test_thread_runs_the_runtime_for_a_sync_main(tmp_path: Path) -> None:
     with FakeKube() as fake:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
-        config = runtime.NodeConfig(
-            node=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
+        config = NodeSettings(
+            name=NODE, sysfs_root=sysfs_tree.sysfs_root(tmp_path),
             dev_root=sysfs_tree.dev_root(tmp_path), watchdog_interval=0.1, probe_timeout=0.5)
 
         def make() -> runtime.NodeRuntime:

@@ -14,7 +14,7 @@ import pytest
 
 from draplugin.compositor.pid import weston_pid
 from draplugin.node import watchdog
-from draplugin.node.runtime import NodeConfig
+from draplugin.node.settings import NodeSettings
 from libdisplay.compositor.wayland import Liveness
 from tests.support import weston
 
@@ -158,7 +158,7 @@ def test_restart_between_probes_is_heard_as_available_again(tmp_path: Path) -> N
 def test_default_cadence_taints_within_2_s_and_kills_within_3_s() -> None:
     """The defaults are the budget's: a hang that begins just after an answer is seen one
     interval later, then tainted after `miss_limit` and killed after `hung_limit` probes."""
-    config = NodeConfig(node="n")
+    config = NodeSettings(name="n")
     dog = watchdog.Watchdog(Path("/nonexistent"), pid=lambda: None,
                             interval=config.watchdog_interval, timeout=config.watchdog_timeout)
     worst_taint = dog._interval + dog._miss_limit * max(dog._interval, dog._timeout)
