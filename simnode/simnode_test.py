@@ -18,15 +18,12 @@ the base's bindings fails `up` before anything starts, naming it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import signal
 import struct
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,104 +31,25 @@ import pytest
 
 from fakekube.server import FakeKube
 from libdisplay import display
-from libdisplay.compositor.wayland import list_outputs
 from libdisplay.hardware import mccs
 from libdisplay.hardware.ddc import DdcClient
 from libdisplay.hardware.ddc_socket import SocketBusError, SocketI2c
-from libdisplay.processes import Process, start
-from simnode.cli.report import READY_LINE, JsonObject, slice_devices
+from libdisplay.processes import start
+from simnode.cli.report import JsonObject, slice_devices
 from simnode.cli.state import NODE_NAME, Layout, alive
-from simnode.cluster.api import Access, Api
 from simnode.kubelet.node_object import SIMULATED_LABEL
 from simnode.kubelet.testing import render_base, stand_in_cluster, user_kubeconfig
+from tests.support.simnode_up import COMMAND_TIMEOUT_S, Sim, running, sim_env, up_argv
 
-START_TIMEOUT_S = 600.0  # up waits for another pod-runner node (its ports) first
 HOTPLUG_TIMEOUT_S = 60.0
 HANG_TIMEOUT_S = 90.0
 # The operator probes each monitor's DDC/CI after it first publishes (about 2 s a monitor).
 DDC_TIMEOUT_S = 60.0
-COMMAND_TIMEOUT_S = 120.0
-_REPO = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True, slots=True)
-class Sim:
-    process: Process
-    layout: Layout
-    env: dict[str, str]
-    command: tuple[str, ...]
-
-    def run(self, *args: str) -> str:
-        """Run a subcommand against this node; its stdout, or a failure with its stderr."""
-        done = subprocess.run(
-            [*self.command, *args, f"--state-dir={self.layout.root}"], env=self.env,
-            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
-        )
-        assert done.returncode == 0, f"simnode {' '.join(args)}: {done.stderr}"
-        return done.stdout
-
-    def state(self) -> JsonObject:
-        data: JsonObject = json.loads(self.layout.state_file.read_text())
-        return data
-
-    def devices(self) -> dict[str, JsonObject]:
-        state = self.state()
-        kubeconfig = state.get("kubeconfig")
-        access = (Access.from_kubeconfig(Path(kubeconfig), context=state.get("context"))
-                  if kubeconfig else Access(server=state["api_url"]))
-        return slice_devices(Api(access).objects, state["node_name"])
-
-    def modes(self) -> dict[str, str]:
-        return {o.name: str(o.mode) for o in list_outputs(self.layout.wayland_socket)}
-
-    def wait(self, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
-        self.process.wait_until(ready, timeout=timeout, what=what)
-
-    def i2c(self, connector: str) -> Path:
-        """The monitor socket at the bus the connector's sysfs `ddc` link names."""
-        link = self.layout.root / "sys" / "class" / "drm" / connector / "ddc"
-        return self.layout.root / "dev" / Path(os.readlink(link)).name
-
-
-def _dist() -> Path:
-    """Under Pants the PEXes sit in the sandbox as <name>/<name>.pex; else the repo's dist/."""
-    return Path(".") if Path("declare/declare.pex").is_file() else _REPO / "dist"
-
-
-def _command() -> tuple[str, ...]:
-    pex = _dist() / "simnode" / "simnode.pex"
-    if pex.is_file():
-        return (str(pex.resolve()),)
-    return (sys.executable, "-m", "simnode.cli.main")
-
-
-def _env(work: Path) -> dict[str, str]:
-    return {**os.environ, "PEX_ROOT": str(work / "pex-root"),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-
-
-def _up_argv(layout: Layout, *extra: str) -> list[str]:
-    return [*_command(), "up", f"--state-dir={layout.root}", "--monitors=3",
-            f"--dist={_dist().resolve()}", *extra]
-
-
-@contextlib.contextmanager
-def _running(work: Path, *extra: str) -> Iterator[Sim]:
-    """`simnode up` with `extra` options, until it printed READY_LINE; stopped on the way out."""
-    env = _env(work)
-    layout = Layout(work / "node")
-    process = start(_up_argv(layout, *extra), log_path=work / "up.log", env=env)
-    try:
-        process.wait_until(lambda: process.log_contains(READY_LINE), timeout=START_TIMEOUT_S,
-                           what=f"{READY_LINE!r} printed")
-        yield Sim(process=process, layout=layout, env=env, command=_command())
-    finally:
-        process.stop(grace=30.0)
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with _running(tmp_path_factory.mktemp("simnode")) as node:
+    with running(tmp_path_factory.mktemp("simnode")) as node:
         yield node
 
 
@@ -311,7 +229,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         token = stand_in_cluster(kube, render_base(), user=REMOTE_USER)
         kubeconfig = user_kubeconfig(work / "kubeconfig", server=kube.url, ca_pem=kube.ca_pem,
                                      token=token)
-        with _running(work, f"--kubeconfig={kubeconfig}", "--context=sim",
+        with running(work, f"--kubeconfig={kubeconfig}", "--context=sim",
                       f"--node-name={REMOTE_NODE}") as node:
             yield Published(kube=kube, sim=node)
     finally:
@@ -398,8 +316,8 @@ def test_kubeconfig_cluster_without_a_binding_fails_before_starting(
         kubeconfig = user_kubeconfig(tmp_path / "kubeconfig", server=kube.url,
                                      ca_pem=kube.ca_pem, token=token)
         layout = Layout(tmp_path / "node")
-        process = start(_up_argv(layout, f"--kubeconfig={kubeconfig}", "--context=sim"),
-                        log_path=tmp_path / "up.log", env=_env(tmp_path))
+        process = start(up_argv(layout, f"--kubeconfig={kubeconfig}", "--context=sim"),
+                        log_path=tmp_path / "up.log", env=sim_env(tmp_path))
         try:
             assert process.wait(timeout=COMMAND_TIMEOUT_S) == 1, process.log_tail()
         finally:

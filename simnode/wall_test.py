@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from simnode.node import card
-from simnode.simnode_test import Sim, _running
+from tests.support.simnode_up import Sim, running
 
 MONITORS = 16
 
 
 @pytest.fixture(scope="module")
 def wall(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with _running(tmp_path_factory.mktemp("wall"), f"--monitors={MONITORS}") as node:
+    with running(tmp_path_factory.mktemp("wall"), f"--monitors={MONITORS}") as node:
         yield node
 
 

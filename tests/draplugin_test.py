@@ -12,20 +12,16 @@ import contextlib
 import functools
 import json
 import os
-import random
 import shutil
 import signal
-import socket as socket_module
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.resource_v1 import ResourceClaim
@@ -35,15 +31,14 @@ from draplugin.service import WORKERS
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
-from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.cdi import DRIVER
 from libdisplay.compositor.layout import LayoutCapture, LayoutControl
 from libdisplay.compositor.outputs import LayoutSockets
-from libdisplay.compositor.wayland import Liveness, list_outputs, probe
-from libdisplay.display import API_VERSION, GROUP, KIND, PLURAL, VERSION, display_name
+from libdisplay.compositor.wayland import list_outputs
+from libdisplay.display import GROUP, KIND, PLURAL, VERSION, display_name
 from libdisplay.hardware.modes import Mode, parse_mode
-from libdisplay.processes import Process, running, unix_socket_accepts
+from libdisplay.processes import Process
 from libdisplay.sim.sysfs import (
     SimCard,
     dev_root,
@@ -65,120 +60,25 @@ from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fix
     node_fixture,
     sim_monitor,
 )
+from tests.support.operator_process import (
+    INITIAL_INI,
+    SHELL,
+    START_TIMEOUT_S,
+    binary_argv,
+    binary_env,
+    check_invariants,
+    config,
+    dies,
+    display_spec,
+    free_port,
+    make_claim,
+    plugin,
+    slice_devices,
+    weston,
+)
 from tests.support.weston import xvfb
 
 DisplayResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
-START_TIMEOUT_S = 60.0
-SHELL = "kiosk-shell.so"
-
-
-def _command(name: str) -> list[str]:
-    """The built PEX when Pants put it in the sandbox, else the module from the source tree."""
-    pex = Path(name) / f"{name}.pex"
-    if pex.is_file():
-        return [str(pex.resolve())]
-    return [sys.executable, "-m", f"{name}.main"]
-
-
-def _env(pex_root: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PEX_ROOT": str(pex_root),
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        **extra,
-    }
-
-
-def display_spec(fake: FakeKube, device: str) -> dict[str, Any]:
-    obj = fake.get(API_VERSION, "Display", display_name(NODE, device))
-    assert obj is not None
-    spec: dict[str, Any] = obj["spec"]
-    return spec
-
-
-def config(**fields: object) -> dict[str, object]:
-    return {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig", **fields}
-
-
-def make_claim(
-    fake: FakeKube,
-    name: str,
-    *,
-    devices: Sequence[str] = (HDMI,),
-    params: Mapping[str, object] | None = None,
-    class_params: Mapping[str, object] | None = None,
-    pool: str = NODE,
-) -> Claim:
-    """A claim allocated `devices` of this driver, one request each, with opaque configs."""
-    uid = fake.create(resource_claim(name))["metadata"]["uid"]
-    results = [
-        {"request": "screen", "driver": DRIVER, "pool": pool, "device": d} for d in devices
-    ]
-    configs = []
-    if class_params is not None:
-        configs.append({"source": "FromClass", "requests": [],
-                        "opaque": {"driver": DRIVER, "parameters": dict(class_params)}})
-    if params is not None:
-        configs.append({"source": "FromClaim", "requests": ["screen"],
-                        "opaque": {"driver": DRIVER, "parameters": dict(params)}})
-    status = {"allocation": {"devices": {"results": results, "config": configs}}}
-    sync_client(fake.url).patch(ResourceClaim.Status, name, {"status": status},
-                                namespace="default")
-    return Claim(uid=uid, name=name)
-
-
-@contextlib.contextmanager
-def plugin(node: Node, fake: FakeKube, pex_root: Path, *, fault: str | None = None,
-           restart_timeout: float = 30.0, alias: str | None = None,
-           metrics_port: int | None = None, layout_shell: Path | None = None,
-           aliases: Sequence[str] = (),
-           container_dir: Path | None = None,
-           extra_args: Sequence[str] = ()) -> Iterator[Process]:
-    """The operator; with `metrics_port` the node publisher runs too, else the kubelet side only.
-
-    With `layout_shell` it runs as in production: that layout module is weston's shell and
-    each claim gets its own sockets from it (`--delivery=layout`); without, a stock shell and
-    the compositor's public socket for every claim (`--delivery=shared`).
-    """
-    publisher = (
-        [f"--metrics-addr=127.0.0.1:{metrics_port}"] if metrics_port else ["--no-publish"]
-    )
-    argv = [
-        *_command("draplugin"),
-        "operator",
-        f"--node-name={NODE}",
-        f"--plugin-dir={node.plugin_dir}",
-        f"--registry-dir={node.registry_dir}",
-        f"--cdi-root={node.cdi_dir}",
-        f"--weston-config={node.etc / 'weston.ini'}",
-        f"--restarts-dir={node.etc / 'restarts'}",
-        f"--pid-file={node.etc / 'weston.pid'}",
-        f"--runtime-dir={node.runtime_dir}",
-        f"--container-runtime-dir={container_dir or node.runtime_dir}",
-        f"--sysfs-root={sysfs_root(node.root)}",
-        f"--dev-root={dev_root(node.root)}",
-        f"--api-server={fake.url}",
-        f"--restart-timeout={restart_timeout}",
-        *(
-            [f"--shell={layout_shell}", "--delivery=layout"]
-            if layout_shell
-            # A stock shell: those tests are about modes, not the layout module.
-            else [f"--shell={SHELL}", "--delivery=shared"]
-        ),
-        *(f"--output-alias={a}" for a in ([alias] if alias else aliases)),
-        *publisher,
-        *extra_args,
-    ]
-    extra = {"DRAPLUGIN_FAULT_POINT": fault} if fault else {}
-    with running(
-        argv,
-        log_path=node.root / "plugin.log",
-        env=_env(pex_root, **extra),
-        ready=lambda _: unix_socket_accepts(node.registration_socket),
-        ready_timeout=START_TIMEOUT_S,
-        what="registration socket accepts",
-    ) as process:
-        yield process
 
 
 # --- registration ----------------------------------------------------------------------------
@@ -331,19 +231,6 @@ def test_start_rewrites_lost_cdi_specs(node: Node, fake: FakeKube, pex_root: Pat
         assert path.read_text() == written
 
 
-def _check_invariants(node: Node) -> None:
-    """No CDI spec of a claim the checkpoint does not hold; no weston.ini left unapplied."""
-    held = set(node.checkpoint())
-    assert set(cdi.list_specs(cdi_dir=node.cdi_dir)) <= held
-    assert not (node.etc / "weston.ini.unapplied").exists()
-
-
-def _dies(process: Process, call: Any) -> None:
-    with pytest.raises(grpc.RpcError):
-        call()
-    assert process.wait(timeout=30.0) == -9
-
-
 @pytest.mark.parametrize("point", FAULT_POINTS, ids=FAULT_POINTS)
 def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> None:
     claim = make_claim(fake, "kiosk", params=config(mode="1280x720@60", transform="rotate-90"))
@@ -358,10 +245,10 @@ def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> 
         node.registration_socket, driver=DRIVER
     ) as k:
         call = k.prepare if point.startswith("prepare") else k.unprepare
-        _dies(process, lambda: call([claim]))
+        dies(process, lambda: call([claim]))
 
     with plugin(node, fake, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
-        _check_invariants(node)
+        check_invariants(node)
         if point.startswith("prepare"):
             answer = k.prepare([claim])[claim.uid]
             assert answer.error == "" and [d.device_name for d in answer.devices] == [HDMI]
@@ -369,7 +256,7 @@ def test_crash_point(node: Node, fake: FakeKube, pex_root: Path, point: str) -> 
             assert cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
             assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
         assert k.unprepare([claim]) == {claim.uid: ""}
-        _check_invariants(node)
+        check_invariants(node)
         assert node.checkpoint() == {}
         assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
         assert display_spec(fake, HDMI) == {}
@@ -383,7 +270,7 @@ def test_start_undoes_started_prepare_of_deleted_claim(
     with plugin(node, fake, pex_root, fault="prepare-cdi-written") as process, Kubelet(
         node.registration_socket, driver=DRIVER
     ) as k:
-        _dies(process, lambda: k.prepare([claim]))
+        dies(process, lambda: k.prepare([claim]))
     assert node.checkpoint()[claim.uid]["state"] == "started"
     assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
     sync_client(fake.url).delete(ResourceClaim, claim.name, namespace="default")
@@ -397,44 +284,9 @@ def test_start_undoes_started_prepare_of_deleted_claim(
 # --- a mode change on a real compositor ----------------------------------------------------
 
 
-@contextlib.contextmanager
-def weston(node: Node, pex_root: Path, *, x11_display: str | None = None,
-           outputs: int = 2) -> Iterator[Path]:
-    """westonctl running weston: headless (one output), or x11 on `x11_display` (`outputs`)."""
-    socket = node.runtime_dir / "wayland-0"
-    node.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    backend = (
-        ["--backend=headless", "--", "--renderer=pixman"]
-        if x11_display is None
-        else ["--backend=x11", "--", f"--output-count={outputs}", "--renderer=pixman"]
-    )
-    extra = {} if x11_display is None else {"DISPLAY": x11_display}
-    argv = [
-        *_command("westonctl"),
-        "weston",
-        f"--config={node.etc / 'weston.ini'}",
-        f"--runtime-dir={node.runtime_dir}",
-        f"--restarts-dir={node.etc / 'restarts'}",
-        f"--pid-file={node.etc / 'weston.pid'}",
-        *backend,
-    ]
-    with running(
-        argv,
-        log_path=node.root / "westonctl.log",
-        env=_env(pex_root, **extra),
-        ready=lambda _: probe(socket, timeout=1.0).state is Liveness.ANSWERING,
-        ready_timeout=START_TIMEOUT_S,
-        what="weston answering",
-    ):
-        yield socket
-
-
 def _headless_size(socket: Path) -> tuple[int, int, int]:
     (output,) = list_outputs(socket, timeout=10.0)
     return output.mode.width, output.mode.height, output.transform.value
-
-
-INITIAL_INI = f"[core]\nshell={SHELL}\n\n[output]\nname=headless\nmode=1920x1080@60\n"
 
 
 def test_without_the_layout_module_a_mode_change_restarts_the_compositor(
@@ -469,13 +321,13 @@ def _declare(node: Node, fake: FakeKube, pex_root: Path) -> None:
     """The declare init container: flags for the simulated card and API, env as the manifest
     gives it (NODE_NAME)."""
     argv = [
-        *_command("declare"), "declare",
+        *binary_argv("declare"), "declare",
         f"--sysfs-root={sysfs_root(node.root)}", f"--dev-root={dev_root(node.root)}",
         f"--config={node.etc / 'weston.ini'}", f"--runtime-dir={node.runtime_dir}",
         f"--shell={SHELL}", f"--output-alias={ROLL_ALIAS}", f"--api-server={fake.url}",
     ]
     done = subprocess.run(["setpriv", "--pdeathsig", "KILL", "--", *argv],
-                          env=_env(pex_root, NODE_NAME=NODE), capture_output=True,
+                          env=binary_env(pex_root, NODE_NAME=NODE), capture_output=True,
                           timeout=START_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr.decode()
 
@@ -559,7 +411,7 @@ def test_prepare_and_restart_metrics_are_recorded(node: Node, fake: FakeKube,
     fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     moded = make_claim(fake, "moded", params=config(mode="1280x720@60"))
     bad = make_claim(fake, "bad", params=config(mode="3840x2160@60"))
-    port = _free_port()
+    port = free_port()
     with (
         weston(node, pex_root),
         plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port) as operator,
@@ -587,31 +439,6 @@ def test_prepare_and_restart_metrics_are_recorded(node: Node, fake: FakeKube,
     assert samples["display_prepare_duration_seconds_sum"] > 0
 
 
-def _free_port() -> int:
-    """A port free now, below the kernel's ephemeral range (32768-60999): an ephemeral one,
-    free when asked for, can be the source port of any test's outgoing connection by the
-    time the operator binds it."""
-    for _ in range(200):
-        port = random.randrange(20000, 32768)
-        with socket_module.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 20000-32767")
-
-
-def _slice_devices(fake: FakeKube) -> dict[str, list[Any]]:
-    """Device name -> its taints, from this node's ResourceSlices."""
-    devices: dict[str, list[Any]] = {}
-    for obj in fake.objects("resource.k8s.io/v1", "ResourceSlice"):
-        if obj["spec"].get("nodeName") == NODE:
-            for device in obj["spec"].get("devices", []):
-                devices[device["name"]] = device.get("taints", [])
-    return devices
-
-
 def test_operator_with_publisher_refuses_prepares_while_the_compositor_hangs(
     node: Node, fake: FakeKube, pex_root: Path
 ) -> None:
@@ -621,14 +448,14 @@ def test_operator_with_publisher_refuses_prepares_while_the_compositor_hangs(
     claim = make_claim(fake, "kiosk")
     # The slice is owned by the Node object, as in a cluster.
     fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    port = _free_port()
+    port = free_port()
     with (
         weston(node, pex_root),
         plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port) as operator,
         Kubelet(node.registration_socket, driver=DRIVER) as k,
     ):
         operator.wait_until(
-            lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
+            lambda: set(slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
         )
         # The watchdog has to see the compositor answer once before prepares are accepted.
         operator.wait_until(
@@ -642,7 +469,7 @@ def test_operator_with_publisher_refuses_prepares_while_the_compositor_hangs(
         os.kill(pid, signal.SIGSTOP)
         try:
             operator.wait_until(
-                lambda: bool(_slice_devices(fake).get(HDMI)),
+                lambda: bool(slice_devices(fake).get(HDMI)),
                 timeout=30.0,
                 what="devices tainted",
             )
@@ -670,16 +497,16 @@ def test_sighup_rereads_sysfs_at_once(node: Node, fake: FakeKube, pex_root: Path
     fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     with (
         weston(node, pex_root),
-        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=_free_port(),
+        plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=free_port(),
                extra_args=["--hotplug-resync=3600"]) as operator,
     ):
         operator.wait_until(
-            lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
+            lambda: set(slice_devices(fake)) == {HDMI, DP}, timeout=30.0, what="slice published"
         )
         hotplug(node.root, "card0-DP-1", status="disconnected")
         operator.send_signal(signal.SIGHUP)
         operator.wait_until(
-            lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0, what="slice drops DP-1"
+            lambda: set(slice_devices(fake)) == {HDMI}, timeout=30.0, what="slice drops DP-1"
         )
         assert operator.log_contains("re-reading sysfs on request")
 
@@ -961,9 +788,9 @@ def test_layout_crash_around_the_socket_step(
         with run(fault=point) as process, Kubelet(node.registration_socket,
                                                   driver=DRIVER) as k:
             call = k.prepare if point.startswith("prepare") else k.unprepare
-            _dies(process, lambda: call([claim]))
+            dies(process, lambda: call([claim]))
         with run(), Kubelet(node.registration_socket, driver=DRIVER) as k:
-            _check_invariants(node)
+            check_invariants(node)
             if point.startswith("prepare"):
                 assert k.prepare([claim])[claim.uid].error == ""
                 assert listed() == {f"{claim.uid}.{HDMI}"}
@@ -986,7 +813,7 @@ def test_layout_watchdog_restores_sockets_when_the_compositor_comes_back(
     with (
         headless_layout_node(layout_shell) as node,
         plugin(node, fake, pex_root, layout_shell=layout_shell, alias="HDMI-A-1=headless",
-               metrics_port=_free_port()) as operator,
+               metrics_port=free_port()) as operator,
     ):
         with weston(node, pex_root), Kubelet(node.registration_socket, driver=DRIVER) as k:
             operator.wait_until(lambda: k.prepare([claim])[claim.uid].error == "",

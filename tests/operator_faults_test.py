@@ -35,19 +35,19 @@ from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
 from libdisplay.sim.sysfs import hotplug
 from simnode.kubelet.plugin import Claim, Kubelet
-from tests.draplugin_test import (
-    INITIAL_INI,
-    _check_invariants,
-    _dies,
-    _free_port,
-    _slice_devices,
-    config,
-    display_spec,
-    plugin,
-    weston,
-)
 from tests.support.crds import display_crd
 from tests.support.operator_node import DP, HDMI, NODE, Node, make_kube, make_node
+from tests.support.operator_process import (
+    INITIAL_INI,
+    check_invariants,
+    config,
+    dies,
+    display_spec,
+    free_port,
+    plugin,
+    slice_devices,
+    weston,
+)
 
 PHASE_S = float(os.environ.get("FAULT_PHASE_S", "3"))
 STALL_S = float(os.environ.get("FAULT_STALL_S", "5"))
@@ -168,14 +168,14 @@ def _operator(node: Node, fake: FakeKube, pex_root: Path, port: int,
     args = ["--hotplug-resync=3600", "--slice-resync=0.5", "--api-backoff-cap=0.2",
             *_api_args(fake, node.root), *extra]
     with plugin(node, fake, pex_root, metrics_port=port, extra_args=args) as operator:
-        operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI, DP}, timeout=30.0,
+        operator.wait_until(lambda: set(slice_devices(fake)) == {HDMI, DP}, timeout=30.0,
                             what="slice published")
         yield operator
 
 
 def test_an_outage_is_ridden_out_and_the_slice_follows_after_it(
         node: Node, fake: FakeKube, pex_root: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with _operator(node, fake, pex_root, port) as operator:
         before = sum(_retries(port).values())
         fake.set_outage("drop")
@@ -187,7 +187,7 @@ def test_an_outage_is_ridden_out_and_the_slice_follows_after_it(
         fake.set_outage(None)
         hotplug(node.root, "card0-DP-1", status="disconnected")
         operator.send_signal(signal.SIGHUP)
-        operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0,
+        operator.wait_until(lambda: set(slice_devices(fake)) == {HDMI}, timeout=30.0,
                             what="a hotplug after the outage reaches the slice")
         by_operation = _retries(port)
         print(f"retries: {dropped - before:g} while dropped, {html - dropped:g} while 503 HTML;"
@@ -201,7 +201,7 @@ def test_an_outage_is_ridden_out_and_the_slice_follows_after_it(
 
 def test_a_fatal_fault_stops_serving_and_exits_non_zero(
         node: Node, fake: FakeKube, pex_root: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with _operator(node, fake, pex_root, port) as operator:
         # A 403 is the same on every try: not retried, the process ends for a restart.
         fake.set_outage("html", code=403)
@@ -218,7 +218,7 @@ def test_a_fatal_fault_stops_serving_and_exits_non_zero(
 
 def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         node: Node, fake: FakeKube, pex_root: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with _operator(node, fake, pex_root, port, "--liveness-timeout=2") as operator:
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=10.0,
                             what="liveness passes")
@@ -240,7 +240,7 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         fake.set_outage(None)
         operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=STALL_S * 2 + 10,
                             what="liveness passes again once answers come")
-        operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0,
+        operator.wait_until(lambda: set(slice_devices(fake)) == {HDMI}, timeout=30.0,
                             what="the delayed write reaches the slice")
         assert not operator.exited()
         # The gRPC server is asked too: with its DRA socket gone the kubelet cannot prepare.
@@ -263,7 +263,7 @@ def _compositor_up(port: int) -> bool:
 def _publishing(node: Node, fake: FakeKube, pex_root: Path, *,
                 fault: str | None = None) -> Iterator[tuple[Process, Kubelet]]:
     """The operator with its publisher, up and seeing the compositor, and a kubelet on it."""
-    port = _free_port()
+    port = free_port()
     with (
         plugin(node, fake, pex_root, alias="HDMI-A-1=headless", metrics_port=port, fault=fault,
                extra_args=["--hotplug-resync=3600", *_api_args(fake, node.root)]) as operator,
@@ -300,10 +300,10 @@ def test_crash_point_with_the_publisher_on(short_node: Node, tls_fake: FakeKube,
 
         with _publishing(node, fake, pex_root, fault=point) as (operator, kubelet):
             call = kubelet.prepare if point.startswith("prepare") else kubelet.unprepare
-            _dies(operator, lambda: call([claim]))
+            dies(operator, lambda: call([claim]))
 
         with _publishing(node, fake, pex_root) as (operator, kubelet):
-            _check_invariants(node)
+            check_invariants(node)
             if point.startswith("prepare"):
                 # The restarted compositor may still be coming up: prepare is idempotent.
                 operator.wait_until(lambda: kubelet.prepare([claim])[claim.uid].error == "",
@@ -312,10 +312,10 @@ def test_crash_point_with_the_publisher_on(short_node: Node, tls_fake: FakeKube,
                 assert cdi.spec_path(claim.uid, cdi_dir=node.cdi_dir).exists()
                 assert "mode=1280x720@60" in (node.etc / "weston.ini").read_text()
             assert kubelet.unprepare([claim]) == {claim.uid: ""}
-            _check_invariants(node)
+            check_invariants(node)
             assert node.checkpoint() == {}
             assert cdi.list_specs(cdi_dir=node.cdi_dir) == ()
             assert display_spec(fake, HDMI) == {}
             assert "mode=1920x1080@60" in (node.etc / "weston.ini").read_text()
-            assert set(_slice_devices(fake)) == {HDMI, DP}
+            assert set(slice_devices(fake)) == {HDMI, DP}
             assert not operator.log_contains("node publisher failed")

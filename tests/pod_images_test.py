@@ -23,24 +23,21 @@ from simnode.kubelet.manifest import daemonset, load_documents, pod_template
 from simnode.kubelet.podman import PodmanLauncher, built_ref, image_tag, podman, podman_env
 from simnode.kubelet.testing import IMAGES_ENV
 from simnode.node import pod_node
-from tests.pod_scenario_test import (
-    NODE,
-    REPO,
-    _dist,
+from tests.support.pod_scenarios import (
     capture_get,
     denials,
-    rendered,
     slice_devices,
     statuses,
     wait_for,
 )
-from tests.pod_scenario_test import (
-    test_claim_release_hotplug_hang_roll_capture_with_no_403 as claim_hotplug_hang_roll,
+from tests.support.pod_scenarios import (
+    claim_release_hotplug_hang_roll_capture as claim_hotplug_hang_roll,
 )
+from tests.support.simulated_pod import NODE, REPO, dist, rendered
 from tests.support.tenant import Tenant
-from tests.tenants_test import GREEN, RED, Tenants, _claim_socket
-from tests.tenants_test import (
-    test_a_claims_mode_and_its_release_cut_no_other_tenant as mode_and_release_cut_no_tenant,
+from tests.support.tenants import GREEN, RED, Tenants, claim_socket
+from tests.support.tenants import (
+    a_claims_mode_and_its_release_cut_no_other_tenant as mode_and_release_cut_no_tenant,
 )
 
 # vfs copies each image per container created (the weston and capture images are 600 MB):
@@ -73,7 +70,7 @@ def node() -> Iterator[pod_node.PodNode]:
                     f" by deploy/images/build.sh (missing at tag {tag}: {missing})")
     state = Path(tempfile.mkdtemp(prefix="podi-", dir="/tmp"))
     launcher = PodmanLauncher(repo=REPO, tag=tag)
-    config = pod_node.NodeConfig(state=state, repo=REPO, dist=_dist(), manifests=manifests,
+    config = pod_node.NodeConfig(state=state, repo=REPO, dist=dist(), manifests=manifests,
                                  trixie_root=Path(trixie), node_name=NODE,
                                  start_timeout_s=START_TIMEOUT_S, images=True)
     node = pod_node.PodNode(config, launcher=launcher)
@@ -193,7 +190,7 @@ def tenants(node: pod_node.PodNode) -> Iterator[Tenants]:
         for monitor, colour in ((node.monitors[0], RED), (node.monitors[1], GREEN)):
             name, uid = pod_node.claim(node, monitor.device, {})
             stack.callback(pod_node.release, node, name, uid)
-            tenant = Tenant(_claim_socket(node, uid), colour=colour, output=monitor.output)
+            tenant = Tenant(claim_socket(node, uid), colour=colour, output=monitor.output)
             stack.callback(tenant.stop)
             drawing.append(tenant)
         pid = (node.pod.volumes.source("weston-config") / "weston.pid").read_text()

@@ -12,7 +12,6 @@ from fakekube.server import FakeKube
 from libdisplay import cdi
 from libdisplay.cdi import DRIVER
 from simnode.kubelet.plugin import Kubelet
-from tests.draplugin_test import config, make_claim, plugin
 from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)
     DP,
     HDMI,
@@ -20,6 +19,7 @@ from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fix
     fake_fixture,
     node_fixture,
 )
+from tests.support.operator_process import config, make_claim, plugin
 
 
 def test_a_claim_whose_writes_fail_fails_alone(node: Node, fake: FakeKube,
