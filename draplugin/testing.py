@@ -3,6 +3,8 @@ a claim's checkpoint entry, shared by draplugin's tests."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from draplugin.checkpoint import ClaimEntry, PreparedDevice
@@ -42,3 +44,18 @@ def settings(root: Path, *, restart_timeout_s: float = 1.0) -> Settings:
         container_socket_dir=root / "run", socket_name="wayland-0",
         restart_timeout_s=restart_timeout_s, kube=KubeAccess(),
     )
+
+
+WAIT_SECONDS = 60.0
+"""The longest a test waits for the publisher's loop to reach a state."""
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Poll `check` on the running loop until it holds; AssertionError naming `what` after
+    WAIT_SECONDS."""
+    try:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while not check():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not done after {WAIT_SECONDS:g} s: {what}") from None

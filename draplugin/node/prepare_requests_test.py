@@ -26,10 +26,10 @@ from fakekube.server import FakeKube
 from libdisplay import display
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
-from tests.draplugin_test import config, make_claim
 from tests.support import weston
 from tests.support.crds import display_crd
 from tests.support.fake_layout import FakeModule, serving, state_line
+from tests.support.operator_process import config, make_claim
 
 NODE = "kiosk-1"
 DEVICE = "card0-hdmi-a-1"

@@ -13,8 +13,8 @@ from typing import Any
 
 from draplugin.compositor import Compositor
 from draplugin.node import displays, hotplug, runtime, slices
-from draplugin.node.runtime_test import _until
 from draplugin.node.settings import NodeSettings
+from draplugin.testing import until
 from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
@@ -72,17 +72,17 @@ def test_a_hotplug_and_a_claim_read_no_display_and_idle_resyncs_send_nothing(
             node = runtime.NodeRuntime(client, config, compositor, source=source)
             task = asyncio.create_task(node.run())
             try:
-                await _until(lambda: node.displays.informer.synced.is_set()
+                await until(lambda: node.displays.informer.synced.is_set()
                              and node.publisher.informer.synced.is_set()
                              and all("conditions" in _status(fake, d)
                                      for d in ("card0-hdmi-a-1", "card0-dp-1")),
                              "the watches listed and both Displays made")
-                await _until(lambda: all(d.get("taints") for d in _devices(fake))
+                await until(lambda: all(d.get("taints") for d in _devices(fake))
                              and fake.open_watches >= 2, "the devices tainted, watches open")
                 fake.requests.clear()
                 sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
                 source.inject()
-                await _until(lambda: len(_devices(fake)) == 2
+                await until(lambda: len(_devices(fake)) == 2
                              and _status(fake, "card0-dp-1").get("connected") is True,
                              "the plug in the slice and the Display")
                 plugged = _requests(fake)
@@ -93,7 +93,7 @@ def test_a_hotplug_and_a_claim_read_no_display_and_idle_resyncs_send_nothing(
                 fake.requests.clear()
                 assert node.hotplug is not None
                 rescans = node.hotplug.rescans
-                await _until(lambda: node.hotplug is not None
+                await until(lambda: node.hotplug is not None
                              and node.hotplug.rescans >= rescans + IDLE_RESYNCS,
                              f"{IDLE_RESYNCS} idle resyncs of sysfs")
                 return plugged, claimed, _requests(fake)

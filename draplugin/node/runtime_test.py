@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -13,6 +12,7 @@ from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from draplugin.node.settings import NodeSettings
+from draplugin.testing import WAIT_SECONDS, until
 from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
@@ -25,7 +25,6 @@ from tests.support import weston
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"
-WAIT_SECONDS = 60.0
 A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))
 CAPS = "(prot(monitor)type(lcd)vcp(10 12 60(0F 11) D6(01 04))mccs_ver(2.2))"
@@ -41,15 +40,6 @@ def _buses(monitors: dict[int, SimulatedMonitor]) -> ddcmap.Buses:
 
     return ddcmap.Buses(open_bus=open_bus,
                         client=lambda t: DdcClient(t, sleep=clock.sleep, clock=clock))
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_SECONDS):
-            while not check():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"not done after {WAIT_SECONDS:g} s: {what}") from None
 
 
 def _slice(fake: FakeKube) -> dict[str, Any]:
@@ -104,11 +94,11 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
             node.follow_connectors_with(follow)
             task = asyncio.create_task(node.run())
             try:
-                await _until(lambda: any(
+                await until(lambda: any(
                     d["attributes"]["ddc"] == {"bool": True} for d in _devices(fake)),
                     "the slice says DDC/CI answers")
-                await _until(lambda: node.compositor_available, "weston answers")
-                await _until(lambda: "currentMode" in _display_status(fake, "card0-hdmi-a-1"),
+                await until(lambda: node.compositor_available, "weston answers")
+                await until(lambda: "currentMode" in _display_status(fake, "card0-hdmi-a-1"),
                              "the Display shows the mode weston runs")
                 running = _display_status(fake, "card0-hdmi-a-1")
                 # A claim's settings, applied on a gRPC thread, show in the status at the
@@ -120,19 +110,19 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
                 plan = hook.plan(hdmi, DisplayConfig(brightness=40, power="off"))
                 assert plan is not None
                 await asyncio.to_thread(hook.apply, plan)
-                await _until(lambda: node._observed.ddc["card0-hdmi-a-1"].brightness == 40,
+                await until(lambda: node._observed.ddc["card0-hdmi-a-1"].brightness == 40,
                              "the applied brightness is observed")
                 await node.refresh()
                 applied = _display_status(fake, "card0-hdmi-a-1")["ddc"]
                 unplugged = node.metrics.exposition().decode()
                 sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="connected", edid=B)
                 source.inject()
-                await _until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
-                await _until(lambda: len(followed) == 2, "the change followed, once retried")
+                await until(lambda: len(_devices(fake)) == 2, "the plugged monitor is listed")
+                await until(lambda: len(followed) == 2, "the change followed, once retried")
                 w.process.send_signal(signal.SIGSTOP)
-                await _until(lambda: all(d.get("taints") for d in _devices(fake)),
+                await until(lambda: all(d.get("taints") for d in _devices(fake)),
                              "every device is tainted")
-                await _until(lambda: node.watchdog.kills == 1, "the hung weston is killed")
+                await until(lambda: node.watchdog.kills == 1, "the hung weston is killed")
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
