@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from libdisplay import kubeaccess
 from libdisplay.display import GROUP, PLURAL
-from libdisplay.kubeerrors import ApiCallError
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube.errors import ApiCallError
 
 log = logging.getLogger(__name__)
 
@@ -273,14 +273,14 @@ _REVIEW_TIMEOUT_S = 10.0
 
 
 class HttpReviews:
-    """ReviewApi over the API server `libdisplay.kubeaccess` finds: `kube_url` (plain HTTP, a
+    """ReviewApi over the API server `libdisplay.kube.access` finds: `kube_url` (plain HTTP, a
     simulated node's fake), else a kubeconfig, else the pod's service account (its CA
     verifies the server; its token is re-read when rotated). Any failed call is 503, its
     `ApiCallError` the cause. `account` is for tests; the binary reads the kubelet's mount."""
 
     def __init__(self, kube_url: str | None, *, kubeconfig: Path | None = None,
                  account: Path = kubeaccess.SERVICE_ACCOUNT) -> None:
-        from libdisplay.kubeaiohttp import AioKube
+        from libdisplay.kube.aiohttp_client import AioKube
 
         try:
             endpoint = kubeaccess.discover(api_server=kube_url, kubeconfig=kubeconfig,

@@ -191,7 +191,7 @@ def test_in_cluster_reviews_verify_the_mounted_ca_and_follow_a_rotated_token(
 ) -> None:
     """The capture container's default: the fake's HTTPS verified with the mounted CA, the
     service-account token re-read when the kubelet rotates it (a 503 until it is valid)."""
-    from libdisplay.kubetesting import ServiceAccountDir
+    from tests.support.https_apiserver import ServiceAccountDir
 
     with FakeKube(tls=True, authorize=True) as fake:
         fake.policy.add_token("tok", "alice", audiences=(auth.AUDIENCE,))

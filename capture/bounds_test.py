@@ -401,7 +401,7 @@ def test_the_page_script_hash_in_the_policy_is_the_script_s(srv: Server) -> None
 
 
 def test_the_fake_screens_serve_frames(screens: FakeCompositor) -> None:
-    from libdisplay.layout import LayoutCapture
+    from libdisplay.compositor.layout import LayoutCapture
 
     with LayoutCapture(Path(screens.capture)) as capture:
         assert capture.frame("X1").rgb(1, 1) == RED

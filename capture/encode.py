@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from libdisplay.layout import FrameHeader, PixelFormat
+from libdisplay.compositor.layout import FrameHeader, PixelFormat
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 
 from capture import encode
 from capture.encode import EncoderChoice
-from libdisplay.layout import FrameHeader, PixelFormat
+from libdisplay.compositor.layout import FrameHeader, PixelFormat
 
 
 def header(

@@ -52,7 +52,7 @@ def capture_command() -> None:
               show_default=True, help="weston.ini whose [output] sections name the outputs.")
 def outputs_command(weston_ini: str) -> None:
     """List the outputs weston.ini names, one a line."""
-    from libdisplay.weston import WestonIni, WestonIniError
+    from libdisplay.compositor.weston import WestonIni, WestonIniError
 
     try:
         with open(weston_ini, encoding="utf-8") as file:
@@ -72,7 +72,7 @@ def shoot_command(output: str, file: str, socket_path: str) -> None:
     """Write one PNG of OUTPUT to FILE, straight from the capture socket."""
     from capture.png import encode_png
     from libdisplay import fsutil
-    from libdisplay.layout import LayoutCapture, LayoutError
+    from libdisplay.compositor.layout import LayoutCapture, LayoutError
 
     try:
         with LayoutCapture(socket_path) as capture:

@@ -21,7 +21,7 @@ def test_version_is_the_library_version() -> None:
 
 # What only the server uses: the HTTP and TLS stack, the event loop, the API server's client.
 SERVER_STACK = ("aiohttp", "grpc", "lightkube", "asyncio", "ssl", "capture.server",
-                "capture.auth", "libdisplay.kubeaccess")
+                "capture.auth", "libdisplay.kube.access")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["outputs", "--help"], ["shoot", "--help"]])

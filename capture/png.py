@@ -12,7 +12,7 @@ import struct
 import zlib
 from typing import Final
 
-from libdisplay.layout import FrameHeader
+from libdisplay.compositor.layout import FrameHeader
 
 SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _RED_FIRST: Final = ("XBGR8888", "ABGR8888")

@@ -7,7 +7,7 @@ import pytest
 
 from capture.png import encode_png
 from capture.testing import png_rgb
-from libdisplay.layout import FrameHeader, PixelFormat
+from libdisplay.compositor.layout import FrameHeader, PixelFormat
 
 WIDTH, HEIGHT = 6, 4
 RED, BLUE = (255, 0, 0), (0, 0, 255)

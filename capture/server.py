@@ -64,10 +64,10 @@ from capture.metrics import Metrics
 from capture.png import encode_png
 from capture.settings import MIN_CLIP_S, Settings
 from capture.tls import Certificates
+from libdisplay.compositor.layout import Frame, LayoutCapture, LayoutError, LayoutReplyError
+from libdisplay.compositor.weston import WestonIni, WestonIniError
 from libdisplay.display import display_name
-from libdisplay.drm import BadConnectorNameError, device_name
-from libdisplay.layout import Frame, LayoutCapture, LayoutError, LayoutReplyError
-from libdisplay.weston import WestonIni, WestonIniError
+from libdisplay.hardware.drm import BadConnectorNameError, device_name
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from capture.main import cli
 from capture.testing import Compositor, Server
 from fakekube.server import FakeKube
 from libdisplay import fsutil
-from libdisplay.layout import LayoutControl
+from libdisplay.compositor.layout import LayoutControl
 from tests.support import layout as layout_client
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from libdisplay.layout import CAPTURE_GREETING, LayoutCapture, LayoutControl
+from libdisplay.compositor.layout import CAPTURE_GREETING, LayoutCapture, LayoutControl
 from libdisplay.processes import Process, running
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient

@@ -17,7 +17,7 @@ from libdisplay.cli import (
     sysfs_root_option,
     weston_config_option,
 )
-from libdisplay.kubecli import api_options
+from libdisplay.kube.cli_options import api_options
 
 cli = binary_group("declare", "Write weston's config for the monitors on the claimed card.")
 
@@ -56,7 +56,9 @@ def declare_cmd(
     the API is unreachable, the Display is missing or the mode is not offered.
     """
     from declare.run import Settings, plan, write
-    from libdisplay import drm, kubeaccess, kubecli
+    from libdisplay.hardware import drm
+    from libdisplay.kube import access as kubeaccess
+    from libdisplay.kube import cli_options as kubecli
 
     endpoint: kubeaccess.Endpoint | None
     try:
@@ -91,8 +93,8 @@ def declare_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
     """List the delivered cards' connectors and the monitor on each (read-only)."""
-    from libdisplay import drm
-    from libdisplay.outputs import read_monitor
+    from libdisplay.compositor.outputs import read_monitor
+    from libdisplay.hardware import drm
 
     try:
         cards = drm.enumerate_cards(sysfs_root=sysfs_root, dev_root=dev_root)
@@ -130,7 +132,7 @@ def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 def edid(files: tuple[Path, ...]) -> None:
     """Decode EDID files: identity, name, preferred mode and every mode offered."""
-    from libdisplay.edid import EdidError, read_edid, summary
+    from libdisplay.hardware.edid import EdidError, read_edid, summary
 
     failed = False
     for path in files:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from libdisplay import display, drm, fsutil, kubeapi
-from libdisplay.outputs import (
+from libdisplay import display, fsutil
+from libdisplay.compositor.outputs import (
     CLAIMS_DIR,
     DEFAULT_CORE,
     LAYOUT_SHELL,
@@ -23,6 +23,8 @@ from libdisplay.outputs import (
     choose_all,
     compose_ini,
 )
+from libdisplay.hardware import drm
+from libdisplay.kube import stdlib_client as kubeapi
 
 log = logging.getLogger(__name__)
 

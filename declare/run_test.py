@@ -17,11 +17,12 @@ from click.testing import CliRunner, Result
 from declare.main import cli
 from declare.run import Settings, plan, write
 from fakekube.server import FakeKube
-from libdisplay import drm, kubeapi
 from libdisplay.display import API_VERSION, display_name
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
-from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import Mode
+from libdisplay.kube import stdlib_client as kubeapi
+from libdisplay.sim.edid import EdidParams, build_edid
+from libdisplay.sim.sysfs import SimCard, SimConnector, write_tree
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"

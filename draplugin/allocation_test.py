@@ -6,7 +6,7 @@ import pytest
 
 from draplugin.allocation import DRIVER, AllocatedDevice, AllocationError, allocated_devices
 from draplugin.claimconfig import ClaimConfigError, DisplayConfig
-from libdisplay.modes import Mode
+from libdisplay.hardware.modes import Mode
 
 
 def params(**fields: object) -> dict[str, object]:

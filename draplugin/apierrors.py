@@ -1,6 +1,6 @@
-"""lightkube's failures as `libdisplay.kubeerrors.ApiCallError`, at the operator's boundary.
+"""lightkube's failures as `libdisplay.kube.errors.ApiCallError`, at the operator's boundary.
 
-The mapping is `libdisplay.lightkubeerrors.from_lightkube`. Everything the operator does with
+The mapping is `libdisplay.kube.lightkube_errors.from_lightkube`. Everything the operator does with
 the API goes through `api_call` (or `from_lightkube`), so callers catch one type and ask it
 whether to retry.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from libdisplay.lightkubeerrors import from_lightkube
+from libdisplay.kube.lightkube_errors import from_lightkube
 
 __all__ = ["api_call", "from_lightkube", "wrap"]
 

@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Node
 
 from draplugin.apierrors import api_call
 from fakekube.client import run_async
-from libdisplay.kubeerrors import ApiCallError
+from libdisplay.kube.errors import ApiCallError
 
 
 def _answering(code: int, content_type: str, body: bytes) -> type[BaseHTTPRequestHandler]:

@@ -6,17 +6,8 @@ from pathlib import Path
 import pytest
 
 from draplugin import checkpoint
-from draplugin.checkpoint import Checkpoint, CheckpointError, ClaimEntry, PreparedDevice
-
-ENTRY = ClaimEntry(
-    uid="3f1c-uid",
-    name="kiosk",
-    namespace="shop",
-    state="started",
-    devices=(PreparedDevice(request="screen", pool="n1", device="card0-dp-1", output="DP-1",
-                            cdi_ids=("k8s.display.liken.sh/display=3f1c-uid-card0-dp-1",)),),
-    config={"card0-dp-1": {"mode": "1280x720@60"}},
-)
+from draplugin.checkpoint import Checkpoint, CheckpointError
+from draplugin.testing import ENTRY
 
 
 def test_round_trip_and_state_changes(tmp_path: Path) -> None:

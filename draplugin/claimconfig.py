@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Final, Literal, get_args
 
-from libdisplay.mccs import INPUT_SOURCES
-from libdisplay.modes import Mode, ModeError, parse_mode
-from libdisplay.weston import TRANSFORMS, Transform
+from libdisplay.compositor.weston import TRANSFORMS, Transform
+from libdisplay.hardware.mccs import INPUT_SOURCES
+from libdisplay.hardware.modes import Mode, ModeError, parse_mode
 
 API_VERSION: Final = "display.liken.sh/v1alpha1"
 KIND: Final = "DisplayConfig"

@@ -11,7 +11,7 @@ from draplugin.claimconfig import (
     from_json,
     from_stored,
 )
-from libdisplay.modes import Mode
+from libdisplay.hardware.modes import Mode
 
 
 def params(**fields: object) -> dict[str, object]:

@@ -47,8 +47,8 @@ from draplugin import conditions
 from draplugin.allocation import DRIVER
 from draplugin.apierrors import from_lightkube
 from draplugin.node.displays import ClaimRef
-from libdisplay.modes import Mode
-from libdisplay.weston import TRANSFORMS
+from libdisplay.compositor.weston import TRANSFORMS
+from libdisplay.hardware.modes import Mode
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class ClaimStatusWriteError(Exception):
 
 
 class _ReportedOutput(Protocol):
-    """What `libdisplay.layout.OutputState` carries (read by attribute)."""
+    """What `libdisplay.compositor.layout.OutputState` carries (read by attribute)."""
 
     @property
     def name(self) -> str: ...

@@ -16,7 +16,7 @@ from draplugin.node.displays import ClaimRef
 
 @dataclass(frozen=True)
 class _State:
-    """Shaped as libdisplay.layout.OutputState."""
+    """Shaped as libdisplay.compositor.layout.OutputState."""
 
     name: str = "X2"
     width: int = 1280

@@ -40,8 +40,8 @@ from typing import Final, Protocol
 from draplugin.settings import Settings
 from libdisplay import cdi, fsutil
 from libdisplay.cdi import ClaimedOutput, SocketDelivery
-from libdisplay.layout import ClaimSocket, LayoutConnectError, LayoutControl, LayoutError
-from libdisplay.outputs import CLAIMS_DIR
+from libdisplay.compositor.layout import ClaimSocket, LayoutConnectError, LayoutControl, LayoutError
+from libdisplay.compositor.outputs import CLAIMS_DIR
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 
 from draplugin import delivery
 from draplugin.delivery import DeliveryError, LayoutDelivery, SharedDelivery
-from draplugin.modes_test import settings as make_settings
+from draplugin.testing import settings as make_settings
 from libdisplay import cdi
 from libdisplay.cdi import ClaimedOutput
 

@@ -2,6 +2,11 @@
 
 Behind a small protocol so the prepare logic does not care whether lightkube or a test's
 fake answers. Objects are handled as the JSON the apiserver sends.
+
+With the node publisher running, a Display is read from its informer's cache
+(`draplugin.node.displays`) once that has listed: every prepare and derivation reads each
+claimed monitor's Display, and a GET each time would cost the API server a request per claim
+on every node of the fleet. Before the first list it is read from the API.
 """
 
 from __future__ import annotations
@@ -11,13 +16,13 @@ from typing import Any, Protocol
 
 from draplugin.apierrors import from_lightkube
 from libdisplay import display
-from libdisplay.kubeaccess import Endpoint
-from libdisplay.kubeerrors import ApiCallError
+from libdisplay.kube.access import Endpoint
+from libdisplay.kube.errors import ApiCallError
 
 
 class KubeError(Exception):
     """The API could not be asked; the message names the object. `failure` is the
-    classified error (`libdisplay.kubeerrors`)."""
+    classified error (`libdisplay.kube.errors`)."""
 
     def __init__(self, failure: ApiCallError) -> None:
         super().__init__(str(failure))
@@ -37,18 +42,27 @@ class Kube(Protocol):
         ...
 
 
-class LightkubeKube:
-    """`Kube` over a lightkube client built from the operator's one Endpoint."""
+class DisplayCache(Protocol):
+    def cached(self, name: str) -> dict[str, Any] | None:
+        """The Display as last seen (a copy), None when there is none; LookupError while the
+        cache cannot tell (not listed yet, or known to be behind for this Display)."""
+        ...
 
-    def __init__(self, endpoint: Endpoint) -> None:
+
+class LightkubeKube:
+    """`Kube` over a lightkube client built from the operator's one Endpoint; Displays from
+    `displays` when it can tell (see the module docstring)."""
+
+    def __init__(self, endpoint: Endpoint, *, displays: DisplayCache | None = None) -> None:
         from lightkube.generic_resource import create_global_resource
 
-        from libdisplay import kubelightkube
+        from libdisplay.kube import lightkube_client as kubelightkube
 
         self._client = kubelightkube.client(endpoint, field_manager="display-operator")
         self._display = create_global_resource(
             display.GROUP, display.VERSION, display.KIND, display.PLURAL
         )
+        self._displays = displays
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         from lightkube.resources.resource_v1 import ResourceClaim
@@ -57,6 +71,11 @@ class LightkubeKube:
         return None if obj is None else dict(obj.to_dict())
 
     def get_display(self, name: str) -> dict[str, Any] | None:
+        if self._displays is not None:
+            try:
+                return self._displays.cached(name)
+            except LookupError:
+                pass
         obj = self._get(self._display, name, namespace=None, what="Display")
         return None if obj is None else dict(obj.to_dict())
 

@@ -14,7 +14,7 @@ import click
 from draplugin import options
 from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
 from libdisplay.cli import binary_group, node_options, output_aliases
-from libdisplay.kubecli import api_options
+from libdisplay.kube.cli_options import api_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("draplugin")

@@ -5,8 +5,8 @@ from pathlib import Path, PurePosixPath
 from click.testing import CliRunner
 
 from draplugin import checkpoint
-from draplugin.checkpoint_test import ENTRY
 from draplugin.main import cli
+from draplugin.testing import ENTRY
 from libdisplay import cdi
 
 

@@ -13,7 +13,7 @@ Where each fact lives, once:
 - **What an output runs at** is derived, never stored: per connected connector, the claim
   holding it (checkpoint state `started` or `prepared`) over the Display's `spec` over the
   monitor's preferred mode, field by field for transform and scale; a claim's `preferred`
-  overrides `spec.mode` (`libdisplay.outputs.choose`).
+  overrides `spec.mode` (`libdisplay.compositor.outputs.choose`).
 
 `apply` derives it, writes it out as `weston.ini` (for weston's next start: declare writes
 the same file at pod start from the Displays alone, as it cannot read the checkpoint), and
@@ -44,10 +44,8 @@ from draplugin.claimconfig import DisplayConfig, from_stored
 from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mode_text
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
-from libdisplay import display, drm, fsutil
-from libdisplay.display import DisplaySpec, DisplaySpecError, parse_spec
-from libdisplay.modes import Mode
-from libdisplay.outputs import (
+from libdisplay import display, fsutil
+from libdisplay.compositor.outputs import (
     CLAIMS_DIR,
     DEFAULT_CORE,
     Choice,
@@ -56,7 +54,10 @@ from libdisplay.outputs import (
     compose_ini,
     read_monitor,
 )
-from libdisplay.weston import WestonIniError, check_output_mode
+from libdisplay.compositor.weston import WestonIniError, check_output_mode
+from libdisplay.display import DisplaySpec, DisplaySpecError, parse_spec
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import Mode
 
 log = logging.getLogger(__name__)
 

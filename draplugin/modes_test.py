@@ -18,17 +18,15 @@ from draplugin import modes
 from draplugin.checkpoint import EMPTY, Checkpoint, ClaimEntry, State
 from draplugin.compositor import CompositorTimeoutError, Outcome
 from draplugin.kube import KubeError
-from draplugin.settings import KubeAccess, Settings
+from draplugin.settings import Settings
+from draplugin.testing import NODE, settings
+from libdisplay.compositor.layout import OutputState
+from libdisplay.compositor.weston import read_restart_order
 from libdisplay.display import display_name
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.kubeerrors import ApiCallError
-from libdisplay.layout import OutputState
-from libdisplay.modes import Mode
-from libdisplay.sysfs_tree import SimCard, SimConnector, dev_root, sysfs_root, write_tree
-from libdisplay.weston import read_restart_order
+from libdisplay.hardware.modes import Mode
+from libdisplay.kube.errors import ApiCallError
 from tests.support.fake_layout import WAIT_S, stand_in_weston
 
-NODE = "n1"
 HDMI = "card0-hdmi-a-1"
 
 class FakeDisplays:
@@ -51,23 +49,6 @@ class FakeDisplays:
 
     def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
         raise AssertionError(f"a Display's spec is a person's: patched {name} with {patch}")
-
-
-def settings(root: Path, *, restart_timeout_s: float = 1.0) -> Settings:
-    edid = build_edid(EdidParams(name="M", serial_number=1, preferred=Mode(1920, 1080, 60000),
-                                 detailed=(Mode(1280, 720, 60000), Mode(1024, 768, 60000))))
-    write_tree(root, SimCard(connectors=(
-        SimConnector(type="HDMI-A", index=1, edid=edid,
-                     modes=("1920x1080", "1280x720", "1024x768")),)))
-    etc = root / "etc"
-    return Settings(
-        node_name=NODE, plugin_dir=root / "plugin", registry_dir=root / "reg",
-        cdi_dir=root / "cdi", weston_ini=etc / "weston.ini",
-        restarts_dir=etc / "restarts", pid_file=etc / "weston.pid", socket_dir=root / "run",
-        container_socket_dir=root / "run", socket_name="wayland-0",
-        sysfs_root=sysfs_root(root), dev_root=dev_root(root), aliases={},
-        restart_timeout_s=restart_timeout_s, kube=KubeAccess(),
-    )
 
 
 def holding(mode: str, *, state: State = "prepared", uid: str = "u-1",

@@ -4,7 +4,11 @@ server and the supervisor that ends them together.
 `Operator.start` builds and wires them in the order a restart needs (the publisher first, so
 its watchdog and compositor exist before the driver recovers its checkpoint; the driver's
 recovery before the server accepts a call), and `run` serves until SIGTERM or a background
-failure. `draplugin.main` is only the command line around it.
+failure; once the server serves, /healthz also dials it (`draplugin.liveness`). The
+publisher's Display writes are held until the server serves: a kubelet registers a plugin as
+soon as its socket answers, waiting for nothing else, so the registration must not queue
+behind a video wall's 16 Displays (and their status) on the API server and in this process.
+`draplugin.main` is only the command line around it.
 
 The two sides meet here and nowhere else: the publisher (asyncio, `draplugin.publisher`)
 tells the driver why prepares must fail now, feeds its health stream, hands it the DDC/CI hook
@@ -24,6 +28,7 @@ from typing import Any
 from draplugin.checkpoint import CheckpointError
 from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
 from draplugin.kube import LightkubeKube
+from draplugin.liveness import grpc_answers
 from draplugin.node.displays import ClaimRef
 from draplugin.node.runtime import NodeThreadError
 from draplugin.publisher import Publisher, start_publisher
@@ -31,10 +36,12 @@ from draplugin.service import PluginServer
 from draplugin.settings import Settings
 from draplugin.state import Driver
 from draplugin.supervisor import EXIT_CODE, Supervisor
-from libdisplay import kubelightkube
-from libdisplay.kubeaccess import Endpoint, NoEndpointError
+from libdisplay.kube import lightkube_client as kubelightkube
+from libdisplay.kube.access import Endpoint, NoEndpointError
 
 log = logging.getLogger("draplugin")
+
+HOLD_TIMEOUT_S = 30.0  # for the publisher's loop to take the hold of its Display writes
 
 
 class OperatorError(Exception):
@@ -63,6 +70,11 @@ class Operator:
         node = (start_publisher(settings, metrics_addr=metrics_addr,
                                 on_fatal=lambda err: supervisor.fail("the node publisher", err))
                 if publish else None)
+        if node is not None:
+            # Its loop reads the card and writes the slice before its first Display pass, so
+            # the hold is in place by then; a write already under way would only go first.
+            node.thread.submit(node.runtime.hold_display_writes(True)).result(
+                timeout=HOLD_TIMEOUT_S)
         driver = _driver(settings, endpoint, node)
         try:
             driver.recover()
@@ -83,6 +95,10 @@ class Operator:
             return EXIT_CODE
         self._install_signals()
         self.server.start()
+        if self.node is not None:
+            self.node.liveness.add(grpc_answers((self.settings.dra_socket,
+                                                 self.settings.registration_socket)))
+            self.node.thread.submit(self.node.runtime.hold_display_writes(False))
         log.info("operator ready on node %s", self.settings.node_name)
         try:
             self.server.wait()
@@ -116,7 +132,8 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
     """The claim driver, given the publisher's hooks when there is a publisher."""
     return Driver(
         settings,
-        LightkubeKube(endpoint),
+        # The publisher's Displays informer spares each prepare a GET per monitor.
+        LightkubeKube(endpoint, displays=node.runtime.displays if node else None),
         ddc=node.runtime.ddc_hook() if node else None,
         refuse=node.refusal if node else None,
         on_change=node.claims_changed if node else None,

@@ -20,6 +20,7 @@ from typing import Any
 from draplugin import modes
 from draplugin.checkpoint import Checkpoint
 from draplugin.compositor import Compositor
+from draplugin.liveness import HealthChecks
 from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
 from draplugin.node.retry import Backoff, fatal
@@ -44,6 +45,8 @@ class Publisher:
     thread: NodeThread
     runtime: NodeRuntime
     metrics_server: Any
+    liveness: HealthChecks
+    """What /healthz answers: the publisher's loop, and what the operator adds."""
 
     def refusal(self) -> str | None:
         """Why new prepares fail now, or None while the compositor answers."""
@@ -166,6 +169,7 @@ def start_publisher(settings: Settings, *, metrics_addr: str,
         on_fatal=on_fatal,
     )
     runtime = thread.start()
-    server = runtime.metrics.serve(metrics_addr, health=runtime.liveness)
+    liveness = HealthChecks(runtime.liveness)
+    server = runtime.metrics.serve(metrics_addr, health=liveness)
     log.info("node publisher running for %s", settings.node_name)
-    return Publisher(thread=thread, runtime=runtime, metrics_server=server)
+    return Publisher(thread=thread, runtime=runtime, metrics_server=server, liveness=liveness)

@@ -10,9 +10,9 @@ from unittest import mock
 import pytest
 
 from draplugin.compositor import CompositorTimeoutError
-from draplugin.modes_test import settings
 from draplugin.node import reprobe
 from draplugin.publisher import node_runtime
+from draplugin.testing import settings
 from tests.support.fake_layout import stand_in_weston
 
 RESTART_TIMEOUT_S = 0.5

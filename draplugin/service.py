@@ -22,8 +22,9 @@ from draplugin import grpcmessages as msg
 from draplugin import grpcserver
 from draplugin.settings import DRIVER, Settings
 from draplugin.state import ClaimRef, Driver
-from libdisplay import drm, fsutil
-from libdisplay.wayland import Liveness, probe
+from libdisplay import fsutil
+from libdisplay.compositor.wayland import Liveness, probe
+from libdisplay.hardware import drm
 
 log = logging.getLogger(__name__)
 

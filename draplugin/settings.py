@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from libdisplay import kubeaccess
-from libdisplay.kubeaccess import Endpoint
-from libdisplay.outputs import LAYOUT_SHELL, LayoutSockets
+from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube.access import Endpoint
 
 if TYPE_CHECKING:
     from draplugin.compositor import Compositor, Recorder
@@ -25,8 +25,8 @@ or the compositor's public socket shared by every claim (tests with a stock shel
 
 @dataclass(frozen=True, slots=True)
 class KubeAccess:
-    """How to reach the API, as the flags say (`libdisplay.kubecli`): a URL with an optional
-    token file and CA, a kubeconfig, or (none given) the pod's service account."""
+    """How to reach the API, as the flags say (`libdisplay.kube.cli_options`): a URL with an
+    optional token file and CA, a kubeconfig, or (none given) the pod's service account."""
 
     api_server: str | None = None
     kubeconfig: Path | None = None
@@ -60,9 +60,9 @@ class Settings:
     hotplug_resync_s: float = 30.0
     slice_resync_s: float = 5.0
     liveness_timeout_s: float = 60.0
+    """/healthz fails once the publisher's loop has not completed a pass for this long."""
     api_backoff_cap_s: float = 2.0
     """The longest delay between retries of a failed API call."""
-    """/healthz fails once the publisher's loop has not completed a pass for this long."""
     shell: str = LAYOUT_SHELL
     """weston's shell, as declare writes it: the layout module, or a stock shell in tests."""
     delivery: DeliveryKind = "layout"

@@ -51,12 +51,13 @@ from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
 from draplugin.compositor import Compositor, CompositorError, RestartReason
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
-from libdisplay import cdi, drm
+from libdisplay import cdi
 from libdisplay.cdi import ClaimedOutput
-from libdisplay.layout import LayoutError, OutputState
-from libdisplay.modes import Mode
-from libdisplay.outputs import Monitor, read_monitor
-from libdisplay.weston import WestonIniError, check_output_mode
+from libdisplay.compositor.layout import LayoutError, OutputState
+from libdisplay.compositor.outputs import Monitor, read_monitor
+from libdisplay.compositor.weston import WestonIniError, check_output_mode
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import Mode
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,12 @@ from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.settings import KubeAccess, Settings
 from draplugin.state import ClaimRef, Driver
-from libdisplay import mccs, sysfs_tree
-from libdisplay.ddc import DdcClient
-from libdisplay.ddc_sim import FakeClock, SimulatedMonitor
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc import DdcClient
+from libdisplay.hardware.modes import Mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import FakeClock, SimulatedMonitor
+from libdisplay.sim.edid import EdidParams, build_edid
 
 NODE = "kiosk-1"
 DRIVER = "display.liken.sh"

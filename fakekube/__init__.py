@@ -2,8 +2,8 @@
 
 `fakekube.server.FakeKube` serves the apiserver's REST API over real HTTP (its module docstring
 lists what is faithful and the known gaps); `fakekube.client` builds lightkube clients for it;
-`python3 -m fakekube --port N` runs one as its own process. `fakekube.kubelet` stands in for
-the kubelet's side of a DRA plugin: registration and the prepare/unprepare calls.
+`python3 -m fakekube --port N` runs one as its own process. The kubelet's side of a DRA plugin
+(registration, prepare/unprepare) is `simnode.kubelet.plugin`.
 """
 
 from fakekube.server import FakeKube

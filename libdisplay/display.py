@@ -11,8 +11,8 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from libdisplay.modes import Mode, ModeError, parse_mode
-from libdisplay.weston import TRANSFORMS, Transform
+from libdisplay.compositor.weston import TRANSFORMS, Transform
+from libdisplay.hardware.modes import Mode, ModeError, parse_mode
 
 GROUP = "display.liken.sh"
 VERSION = "v1alpha1"

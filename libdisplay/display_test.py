@@ -13,7 +13,7 @@ from libdisplay.display import (
     labels,
     parse_spec,
 )
-from libdisplay.modes import Mode
+from libdisplay.hardware.modes import Mode
 
 
 def test_display_name_joins_node_and_device() -> None:

@@ -33,15 +33,17 @@ from pathlib import Path
 import pytest
 
 from fakekube.server import FakeKube
-from libdisplay import display, mccs
-from libdisplay.ddc import DdcClient
-from libdisplay.ddc_socket import SocketBusError, SocketI2c
+from libdisplay import display
+from libdisplay.compositor.wayland import list_outputs
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc import DdcClient
+from libdisplay.hardware.ddc_socket import SocketBusError, SocketI2c
 from libdisplay.processes import Process, start
-from libdisplay.wayland import list_outputs
-from simnode.api import Access, Api
-from simnode.pod.testing import render_base, stand_in_cluster, user_kubeconfig
-from simnode.report import READY_LINE, JsonObject, slice_devices
-from simnode.state import NODE_LABEL, NODE_NAME, Layout, alive
+from simnode.cli.report import READY_LINE, JsonObject, slice_devices
+from simnode.cli.state import NODE_NAME, Layout, alive
+from simnode.cluster.api import Access, Api
+from simnode.kubelet.node_object import SIMULATED_LABEL
+from simnode.kubelet.testing import render_base, stand_in_cluster, user_kubeconfig
 
 START_TIMEOUT_S = 600.0  # up waits for another pod-runner node (its ports) first
 HOTPLUG_TIMEOUT_S = 60.0
@@ -100,7 +102,7 @@ def _command() -> tuple[str, ...]:
     pex = _dist() / "simnode" / "simnode.pex"
     if pex.is_file():
         return (str(pex.resolve()),)
-    return (sys.executable, "-m", "simnode.main")
+    return (sys.executable, "-m", "simnode.cli.main")
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -320,8 +322,9 @@ def test_kubeconfig_up_runs_the_pod_with_the_service_accounts_identity(
         published: Published) -> None:
     node = published.node()
     assert node is not None
-    assert node["metadata"]["labels"][NODE_LABEL] == "true"
-    assert {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert node["metadata"]["labels"][SIMULATED_LABEL] == "true"
+    taint = {"key": SIMULATED_LABEL, "value": "true", "effect": "NoSchedule"}
+    assert taint in node["spec"]["taints"]
     assert any(c["type"] == "Ready" and c["status"] == "True"
                for c in node["status"]["conditions"])
     assert set(slice_devices(published.objects, REMOTE_NODE)) == set(DEVICES)

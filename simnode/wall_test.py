@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simnode import card
+from simnode.node import card
 from simnode.simnode_test import Sim, _running
 
 MONITORS = 16

@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from libdisplay.compositor.wayland import Liveness, list_outputs, probe
+from libdisplay.compositor.weston import WestonIni
 from libdisplay.processes import running
-from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
-from libdisplay.wayland import Liveness, list_outputs, probe
-from libdisplay.weston import WestonIni
+from libdisplay.sim.sysfs import SimCard, SimConnector, write_tree
 from tests.binaries import pex_env, pex_path
 from tests.support.layout_build import build_layout
 from tests.support.weston import logged_version

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from fakekube.server import FakeKube
+from libdisplay.compositor.wayland import Liveness, list_outputs, probe
 from libdisplay.display import API_VERSION, display_name
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
+from libdisplay.hardware.modes import Mode
 from libdisplay.processes import running
-from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
-from libdisplay.wayland import Liveness, list_outputs, probe
+from libdisplay.sim.edid import EdidParams, build_edid
+from libdisplay.sim.sysfs import SimCard, SimConnector, write_tree
 from tests.binaries import pex_env, pex_path
 from tests.support.crds import display_crd
 from tests.support.layout_build import build_layout

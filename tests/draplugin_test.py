@@ -34,24 +34,24 @@ from lightkube.types import PatchType
 from draplugin.service import WORKERS
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
-from fakekube.kubelet import Claim, Kubelet, get_info
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.cdi import DRIVER
+from libdisplay.compositor.layout import LayoutCapture, LayoutControl
+from libdisplay.compositor.outputs import LayoutSockets
+from libdisplay.compositor.wayland import Liveness, list_outputs, probe
 from libdisplay.display import API_VERSION, GROUP, KIND, PLURAL, VERSION, display_name
-from libdisplay.layout import LayoutCapture, LayoutControl
-from libdisplay.modes import Mode, parse_mode
-from libdisplay.outputs import LayoutSockets
+from libdisplay.hardware.modes import Mode, parse_mode
 from libdisplay.processes import Process, running, unix_socket_accepts
-from libdisplay.sysfs_tree import (
+from libdisplay.sim.sysfs import (
     SimCard,
     dev_root,
     hotplug,
     sysfs_root,
     write_tree,
 )
-from libdisplay.wayland import Liveness, list_outputs, probe
+from simnode.kubelet.plugin import Claim, Kubelet, get_info
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout
 from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)

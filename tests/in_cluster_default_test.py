@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from capture.auth import HttpReviews, ReviewUnavailableError
 from declare.main import cli as declare_cli
 from draplugin.main import cli as draplugin_cli
-from libdisplay.kubeaccess import SERVICE_ACCOUNT
+from libdisplay.kube.access import SERVICE_ACCOUNT
 
 IN_A_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 NO_FLAGS = {"KUBE_API_SERVER": "", "KUBECONFIG": "", "KUBE_API_TOKEN_FILE": "",

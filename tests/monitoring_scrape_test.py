@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from simnode.pod import node as pod_node
+from simnode.node import pod_node
 from tests.deploy import monitoring
 from tests.support.simulated_pod import rendered, simulated_node
 

@@ -28,13 +28,13 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from draplugin.settings import DRIVER
 from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
-from fakekube.kubelet import Claim, Kubelet
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process
-from libdisplay.sysfs_tree import hotplug
+from libdisplay.sim.sysfs import hotplug
+from simnode.kubelet.plugin import Claim, Kubelet
 from tests.draplugin_test import (
     INITIAL_INI,
     _check_invariants,
@@ -52,6 +52,7 @@ from tests.support.operator_node import DP, HDMI, NODE, Node, make_kube, make_no
 PHASE_S = float(os.environ.get("FAULT_PHASE_S", "3"))
 STALL_S = float(os.environ.get("FAULT_STALL_S", "5"))
 FATAL_EXIT_S = 10.0
+QUIET_S = 1.5
 
 
 @pytest.fixture
@@ -137,6 +138,23 @@ def _retries(port: int) -> dict[str, float]:
     return found
 
 
+def _wait_settled(operator: Process, fake: FakeKube, port: int) -> None:
+    """Until the operator's start-up writes are done: its gRPC server serves (which releases
+    the Display writes held until then), each Display has its spec outcome, and the API has
+    seen no write for QUIET_S (a 409 between the operator's own status writes is retried
+    within --api-backoff-cap)."""
+    def settled() -> bool:
+        if "the gRPC server answers" not in _get(port, "/healthz")[1]:
+            return False
+        for device in (HDMI, DP):
+            found = fake.get(API_VERSION, "Display", display_name(NODE, device))
+            if "observedGeneration" not in ((found or {}).get("status") or {}):
+                return False
+        writes = [r.at for r in fake.request_log() if r.method != "GET"]
+        return not writes or time.monotonic() - max(writes) >= QUIET_S
+    operator.wait_until(settled, timeout=30.0, what="the operator's start-up writes are done")
+
+
 def _hold(operator: Process, seconds: float, what: str) -> None:
     """Keep a fault phase on for `seconds`; fails at once if the operator exits meanwhile."""
     deadline = time.monotonic() + seconds
@@ -207,6 +225,7 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         # The slice's and the Displays' watches open: the loop reads the slice from its cache.
         operator.wait_until(lambda: fake.open_watches >= 2, timeout=10.0,
                             what="the operator's watches are open")
+        _wait_settled(operator, fake, port)
         fake.set_outage("slow", delay=STALL_S)
         # Idle, the loop checks the watch's cache and never waits on the API: a slow API
         # stalls it only once it has a write to make.
@@ -224,6 +243,11 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         operator.wait_until(lambda: set(_slice_devices(fake)) == {HDMI}, timeout=30.0,
                             what="the delayed write reaches the slice")
         assert not operator.exited()
+        # The gRPC server is asked too: with its DRA socket gone the kubelet cannot prepare.
+        assert "the gRPC server answers on both sockets" in _get(port, "/healthz")[1]
+        (node.plugin_dir / "dra.sock").unlink()
+        status, text = _get(port, "/healthz")
+        assert status == 503 and "dra.sock: no socket there" in text, text
 
 
 # --- the crash-point matrix with the publisher on ----------------------------------------

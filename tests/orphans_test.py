@@ -28,7 +28,7 @@ import json, sys, tempfile
 sys.path[:0] = json.loads(sys.argv[3])  # this test's own imports, whatever the sandbox
 from pathlib import Path
 from libdisplay.processes import running
-from libdisplay.wayland import Liveness, probe
+from libdisplay.compositor.wayland import Liveness, probe
 from tests.support.weston import xvfb, x11_outputs_ini
 
 westonctl, work = sys.argv[1], Path(sys.argv[2])

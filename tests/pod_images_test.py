@@ -1,4 +1,4 @@
-"""The rendered base's pod run from the five built images with podman (simnode.pod.podman),
+"""The rendered base's pod run from the five built images with podman (simnode.kubelet.podman),
 on the simulated node of tests/pod_scenario_test.py: declare completes, weston 14 runs the
 layout shell, the operator registers and publishes, capture answers HTTPS /healthz from its
 start-up leaf and serves a still, with no 403.
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from simnode.pod import node as pod_node
-from simnode.pod.manifest import daemonset, load_documents, pod_template
-from simnode.pod.podman import PodmanLauncher, built_ref, image_tag, podman, podman_env
-from simnode.pod.testing import IMAGES_ENV
+from simnode.kubelet.manifest import daemonset, load_documents, pod_template
+from simnode.kubelet.podman import PodmanLauncher, built_ref, image_tag, podman, podman_env
+from simnode.kubelet.testing import IMAGES_ENV
+from simnode.node import pod_node
 from tests.pod_scenario_test import (
     NODE,
     REPO,

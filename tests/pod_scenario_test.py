@@ -25,14 +25,15 @@ from typing import Any
 import pytest
 import yaml
 
-from libdisplay.modes import Mode
-from libdisplay.wayland import WaylandError, list_outputs
-from simnode import card, report
-from simnode.api import DISPLAYS
-from simnode.commands import host_pid
-from simnode.pod import control, images
-from simnode.pod import node as pod_node
-from simnode.pod.manifest import load_documents
+from libdisplay.compositor.wayland import WaylandError, list_outputs
+from libdisplay.hardware.modes import Mode
+from simnode.cli import report
+from simnode.cli.commands import host_pid
+from simnode.cluster import control
+from simnode.cluster.api import DISPLAYS
+from simnode.kubelet import images
+from simnode.kubelet.manifest import load_documents
+from simnode.node import card, pod_node
 from tests.support import simulated_pod
 
 # Also what tests/pod_images_test.py and tests/tenants_test.py import from here.

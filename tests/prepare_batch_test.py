@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakekube.kubelet import Kubelet
 from fakekube.server import FakeKube
 from libdisplay import cdi
 from libdisplay.cdi import DRIVER
+from simnode.kubelet.plugin import Kubelet
 from tests.draplugin_test import config, make_claim, plugin
 from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)
     DP,

@@ -21,14 +21,14 @@ import capture.main
 import declare.main
 import draplugin.main
 import westonctl.main
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.binaries import pex_env, pex_path
 
 # Module names, or prefixes ending in ".", that a `--help` or a diagnosis never needs.
 HEAVY = (
-    "libdisplay.kubeaccess", "libdisplay.kubeapi", "libdisplay.kubeaiohttp",
-    "libdisplay.kubeconfig", "libdisplay.kubeerrors", "libdisplay.kubelightkube",
-    "libdisplay.kubetls", "libdisplay.lightkubeerrors",
+    "libdisplay.kube.access", "libdisplay.kube.stdlib_client", "libdisplay.kube.aiohttp_client",
+    "libdisplay.kube.config", "libdisplay.kube.errors", "libdisplay.kube.lightkube_client",
+    "libdisplay.kube.tls", "libdisplay.kube.lightkube_errors",
     "lightkube", "lightkube.", "kubernetes", "kubernetes.", "aiohttp", "aiohttp.",
     "grpc", "grpc.", "google.protobuf", "google.protobuf.", "yaml", "yaml.",
     "prometheus_client", "prometheus_client.", "pyudev", "pyudev.", "httpx", "httpx.",

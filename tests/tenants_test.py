@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay.layout import LayoutControl, LayoutError, OutputState
-from libdisplay.modes import Mode
-from simnode import card
-from simnode.api import DISPLAYS
-from simnode.pod import control
-from simnode.pod import node as pod_node
+from libdisplay.compositor.layout import LayoutControl, LayoutError, OutputState
+from libdisplay.hardware.modes import Mode
+from simnode.cluster import control
+from simnode.cluster.api import DISPLAYS
+from simnode.node import card, pod_node
 from tests.pod_scenario_test import NODE, _node, denials, rendered, slice_devices, wait_for
 from tests.support.tenant import Tenant, wait_still
 

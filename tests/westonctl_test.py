@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from libdisplay.compositor.wayland import Liveness, probe
+from libdisplay.compositor.weston import order_restart
 from libdisplay.processes import Process, running, start
-from libdisplay.wayland import Liveness, probe
-from libdisplay.weston import order_restart
 from tests.binaries import pex_env, pex_path
 
 READY_S = 60.0

@@ -142,7 +142,7 @@ def weston(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """Classify the socket: answering, hung, dead or absent (exit 0 only when answering)."""
-    from libdisplay.wayland import Liveness, probe
+    from libdisplay.compositor.wayland import Liveness, probe
 
     result = probe(_socket_path(runtime_dir, socket), timeout=timeout)
     if as_json:
@@ -169,7 +169,7 @@ def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
 def outputs(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """List the outputs the compositor reports: name, make, model, mode, transform, scale."""
-    from libdisplay.wayland import WaylandError, list_outputs
+    from libdisplay.compositor.wayland import WaylandError, list_outputs
 
     try:
         found = list_outputs(_socket_path(runtime_dir, socket), timeout=timeout)

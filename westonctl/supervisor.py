@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from libdisplay import fsutil
-from libdisplay.weston import consume_restart_order, list_restart_orders
+from libdisplay.compositor.weston import consume_restart_order, list_restart_orders
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from deploy.images.cli_checks import claim_yaml, write_node
 from deploy.images.podmanrun import REPO, SmokeError, podman
 from libdisplay import cdi
-from libdisplay.layout import Frame, LayoutCapture, LayoutControl
+from libdisplay.compositor.layout import Frame, LayoutCapture, LayoutControl
 
 SIZES = ((320, 240), (400, 300))
 CLAIMED, OTHER = "X1", "X2"

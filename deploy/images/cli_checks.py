@@ -2,12 +2,14 @@
 inputs mounted read-only, and its system tools agree with the project's own code:
 
 - `declare connectors`, `draplugin dry-run weston-ini|slice|cdi` on a sysfs tree that
-  libdisplay.sysfs_tree makes from corpus EDIDs, with a claim file;
-- `draplugin ddc` on a simulated monitor's bus socket (libdisplay.ddc_socket), read back as the
+  libdisplay.sim.sysfs makes from corpus EDIDs, with a claim file;
+- `draplugin ddc` on a simulated monitor's bus socket (libdisplay.hardware.ddc_socket), read back
+as the
   simulated monitor holds its values;
-- `edid-decode` against `python3 -m libdisplay.edid --json` on a sample of the corpus, on the
+- `edid-decode` against `python3 -m libdisplay.hardware.edid --json` on a sample of the corpus, on
+the
   fields edid-decode's oracle (testdata/edid/oracle.json) pins;
-- ddcutil's parser (libddcutil, `ddcutil_parse.py`) against libdisplay.mccs on every
+- ddcutil's parser (libddcutil, `ddcutil_parse.py`) against libdisplay.hardware.mccs on every
   capabilities string of the corpus. ddcutil itself reaches monitors only through a kernel
   /dev/i2c-N (an I2C_RDWR ioctl): the simulated bus is a unix socket, so no ddcutil command
   can talk to it, and that comparison is not made.
@@ -23,9 +25,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from deploy.images.podmanrun import IMAGES, REPO, SmokeError, podman
-from libdisplay import mccs, sysfs_tree
-from libdisplay.ddc_sim import Feature, SimulatedMonitor
-from libdisplay.ddc_socket import MonitorServer
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc_socket import MonitorServer
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import Feature, SimulatedMonitor
 
 EDIDS = REPO / "testdata" / "edid"
 CAPS = REPO / "testdata" / "ddc-caps"
@@ -190,7 +193,7 @@ def check_edid_decode(image: str) -> str:
     sample = sorted(oracle)[::EDID_SAMPLE_EVERY]
     mounts = [(EDIDS, "/edid")]
     ours = json.loads(_cli(image, mounts, "/opt/display/declare/bin/python", "-m",
-                           "libdisplay.edid", "--json", *(f"/edid/{f}" for f in sample)))
+                           "libdisplay.hardware.edid", "--json", *(f"/edid/{f}" for f in sample)))
     loop = "for f in \"$@\"; do echo \"=== $f\"; edid-decode -c \"/edid/$f\"; done; exit 0"
     text = _cli(image, mounts, "/bin/sh", "-c", loop, "sh", *sample)
     theirs = {chunk.split("\n", 1)[0]: chunk for chunk in text.split("=== ")[1:]}
@@ -204,8 +207,8 @@ def check_edid_decode(image: str) -> str:
                                   f"{values[1]!r}, oracle {values[2]!r}")
     if mismatches:
         raise SmokeError("edid-decode and the project disagree:\n" + "\n".join(mismatches))
-    return (f"edid-decode and libdisplay.edid agree with the oracle on {len(sample)} corpus "
-            f"EDIDs x {len(EDID_FIELDS)} fields")
+    return (f"edid-decode and libdisplay.hardware.edid agree with the oracle on {len(sample)} "
+            f"corpus EDIDs x {len(EDID_FIELDS)} fields")
 
 
 # --- ddcutil -------------------------------------------------------------------------------
@@ -225,10 +228,10 @@ COMPARED = ("features", "mccs_version", "commands")
 
 
 def check_ddcutil_parse(image: str) -> list[str]:
-    """libddcutil's parse of each corpus string against libdisplay.mccs. Where neither parser
-    flags the string, features with their values, the MCCS version and the commands must be
+    """libddcutil's parse of each corpus string against libdisplay.hardware.mccs. Where neither
+    parser flags the string, features with their values, the MCCS version and the commands must be
     equal; where one flags it, a difference is reported (ddcutil gives up on a string with a
-    malformed segment, libdisplay.mccs keeps what still parses), not failed."""
+    malformed segment, libdisplay.hardware.mccs keeps what still parses), not failed."""
     files = sorted(p.relative_to(CAPS).as_posix() for p in CAPS.rglob("*.txt"))
     mounts = [(CAPS, "/caps"), (IMAGES / "ddcutil_parse.py", "/ddcutil_parse.py")]
     theirs = json.loads(_cli(image, mounts, "/usr/bin/python3.11", "/ddcutil_parse.py",
@@ -253,8 +256,8 @@ def check_ddcutil_parse(image: str) -> list[str]:
         line = f"{name}: {', '.join(differ)} differ ({'; '.join(notes)[:200] or 'unflagged'})"
         (flagged if notes else wrong).append(line)
     if wrong:
-        raise SmokeError("ddcutil and libdisplay.mccs parse strings neither flags "
+        raise SmokeError("ddcutil and libdisplay.hardware.mccs parse strings neither flags "
                          "differently:\n" + "\n".join(wrong))
-    return [f"ddcutil's parser (libddcutil 1.4) and libdisplay.mccs agree on {same} of "
+    return [f"ddcutil's parser (libddcutil 1.4) and libdisplay.hardware.mccs agree on {same} of "
             f"{len(files)} capabilities strings (features and values, version, commands)",
             *(f"  differ where a parser flags the string: {f}" for f in flagged)]

@@ -7,7 +7,7 @@ string without a monitor on a kernel /dev/i2c-N).
 Prints one JSON object: per file, the MCCS version, the command codes and each VCP feature
 code with its listed values, as ddcutil parsed them, or the status ddcutil returned. Runs in the
 display-operator-cli image (libddcutil4 1.4, whose DDCA_Capabilities layout is declared below,
-from its ddcutil_types.h); smoke.py compares it with libdisplay.mccs.
+from its ddcutil_types.h); smoke.py compares it with libdisplay.hardware.mccs.
 """
 
 from __future__ import annotations

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Final, Literal, Protocol
 
 from draplugin.compositor.pid import PROC, WestonPidError, read_weston_pid
-from libdisplay import layout
-from libdisplay.layout import LayoutControl, LayoutError, OutputState
-from libdisplay.modes import Mode
-from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
-from libdisplay.weston import order_restart
+from libdisplay.compositor import layout
+from libdisplay.compositor.layout import ConnectorProbe, LayoutControl, LayoutError, OutputState
+from libdisplay.compositor.wayland import Liveness, ProbeResult, WaylandError, probe
+from libdisplay.compositor.weston import order_restart
+from libdisplay.hardware.modes import Mode
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class Compositor:
             return None
 
     def probe(self, timeout: float | None = None) -> ProbeResult:
-        """One Wayland round trip on the socket (`libdisplay.wayland.probe`)."""
+        """One Wayland round trip on the socket (`libdisplay.compositor.wayland.probe`)."""
         return probe(self.socket, timeout=timeout or self.probe_timeout)
 
     def answers(self) -> bool:
@@ -191,6 +191,30 @@ class Compositor:
             raise layout.LayoutConnectError(Path("(no control socket)"), 2)
         with LayoutControl(self.control, timeout=self.control_timeout) as control:
             return tuple(control.outputs())
+
+    def probe_connectors(self) -> tuple[ConnectorProbe, ...] | None:
+        """The layout module's PROBE: weston, the DRM master, makes the kernel re-detect
+        every connector of its card (which refreshes sysfs) and says what it found. None
+        where weston drives no card (x11, headless: the module answers `unsupported`);
+        LayoutError when the module does not answer."""
+        if self.control is None:
+            raise layout.LayoutConnectError(Path("(no control socket)"), 2)
+        try:
+            with LayoutControl(self.control, timeout=self.control_timeout) as control:
+                return control.probe()
+        except layout.LayoutUnsupported as err:
+            log.info("the compositor cannot re-probe its connectors: %s", err)
+            return None
+
+    def power_off(self, output: str) -> OutputState:
+        """Turn `output` off (its monitor is gone) without a restart: it keeps its place,
+        claims and mode list until a modeset lights it again (LayoutError on failure)."""
+        if self.control is None:
+            raise layout.LayoutConnectError(Path("(no control socket)"), 2)
+        with LayoutControl(self.control, timeout=self.control_timeout) as control:
+            state = control.configure(output, power_off=True)
+        self.recorder.output_reconfigured(output, "live")
+        return state
 
     def apply(self, wanted: Sequence[Wanted], *, why: str, connected: Iterable[str] = (),
               config_changed: bool = True,

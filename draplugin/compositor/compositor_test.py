@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from draplugin.compositor import Compositor, CompositorTimeoutError, Wanted
-from libdisplay.modes import Mode
-from libdisplay.weston import read_restart_order
+from libdisplay.compositor.weston import read_restart_order
+from libdisplay.hardware.modes import Mode
 from tests.support.fake_layout import (
     WAIT_S,
     FakeModule,

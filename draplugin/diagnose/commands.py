@@ -114,7 +114,8 @@ def dry_run() -> None:
 def _failures() -> tuple[type[Exception], ...]:
     from draplugin.checkpoint import CheckpointError
     from draplugin.diagnose.plans import DiagnoseInputError, ReadOnlyError
-    from libdisplay import cdi, drm
+    from libdisplay import cdi
+    from libdisplay.hardware import drm
 
     return (DiagnoseInputError, ReadOnlyError, CheckpointError, drm.DrmError, cdi.CdiError)
 

@@ -15,11 +15,11 @@ from click.testing import CliRunner, Result
 from draplugin import checkpoint
 from draplugin.checkpoint import ClaimEntry, PreparedDevice
 from draplugin.main import cli
-from libdisplay import sysfs_tree
-from libdisplay.ddc_sim import Feature, SimulatedMonitor
-from libdisplay.ddc_socket import MonitorServer
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
+from libdisplay.hardware.ddc_socket import MonitorServer
+from libdisplay.hardware.modes import Mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import Feature, SimulatedMonitor
+from libdisplay.sim.edid import EdidParams, build_edid
 
 NODE = "kiosk-1"
 DRIVER = "display.liken.sh"

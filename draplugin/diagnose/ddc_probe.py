@@ -2,7 +2,8 @@
 then brightness, contrast, input source and power mode.
 
 A bus is a kernel i2c-dev node (`/dev/i2c-N`) or a unix socket serving a simulated monitor
-(`libdisplay.ddc_socket`, as the simulated node puts at `<dev>/i2c-N`); anything else is refused
+(`libdisplay.hardware.ddc_socket`, as the simulated node puts at `<dev>/i2c-N`); anything else is
+refused
 before a byte is sent, naming the path.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from draplugin.node import ddcmap
 from draplugin.node.displays import DdcState
-from libdisplay.ddc import DdcClient, LinuxI2c
+from libdisplay.hardware.ddc import DdcClient, LinuxI2c
 
 
 class BusPathError(ValueError):
@@ -36,7 +37,7 @@ def probe_bus(path: Path) -> DdcState:
             return ddcmap.probe(DdcClient(transport))
     if stat.S_ISSOCK(mode):
         # Only a simulated bus needs the socket transport: a real node never loads it.
-        from libdisplay.ddc_socket import SocketI2c
+        from libdisplay.hardware.ddc_socket import SocketI2c
 
         with SocketI2c(path) as sim:
             return ddcmap.probe(DdcClient(sim))

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 from draplugin import checkpoint, delivery, modes
 from draplugin.settings import Settings
-from libdisplay import cdi, drm
+from libdisplay import cdi
+from libdisplay.hardware import drm
 
 JsonObject = dict[str, Any]
 DDC_PROBE_TIMEOUT_S: Final = 10.0  # the publisher's own bound per bus (NodeConfig.ddc_timeout)

@@ -26,8 +26,8 @@ from typing import Final, TypeVar
 from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, Power
 from draplugin.node.displays import DdcState
 from draplugin.node.displays import Power as StatusPower
-from libdisplay import mccs
-from libdisplay.ddc import (
+from libdisplay.hardware import mccs
+from libdisplay.hardware.ddc import (
     DdcClient,
     DdcError,
     LinuxI2c,
@@ -35,7 +35,7 @@ from libdisplay.ddc import (
     UnsupportedVcpError,
     VcpReading,
 )
-from libdisplay.drm import Card, Connector
+from libdisplay.hardware.drm import Card, Connector
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,8 @@ def delivered_buses(dev_root: Path) -> tuple[int, ...]:
 
 def open_i2c(dev_root: Path, bus: int) -> Transport:
     """The transport for `dev_root/i2c-N`. A unix socket there is a simulated monitor: the
-    simulated node serves one per bus (`libdisplay.ddc_socket`) where it has no i2c-dev; a real
+    simulated node serves one per bus (`libdisplay.hardware.ddc_socket`) where it has no i2c-dev; a
+    real
     node only ever has the character device."""
     path = dev_root / f"i2c-{bus}"
     try:
@@ -86,7 +87,7 @@ def open_i2c(dev_root: Path, bus: int) -> Transport:
     if not is_socket:
         return LinuxI2c(path)
     # Only here: the operator on a real node never loads the simulation's transport.
-    from libdisplay.ddc_socket import SocketI2c
+    from libdisplay.hardware.ddc_socket import SocketI2c
 
     return SocketI2c(path)
 

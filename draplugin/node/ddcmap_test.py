@@ -13,11 +13,12 @@ import pytest
 
 from draplugin.claimconfig import ClaimConfigError, DisplayConfig
 from draplugin.node import ddcmap
-from libdisplay import drm, mccs, sysfs_tree
-from libdisplay.ddc import DdcClient, LinuxI2c, Transport, TransportError
-from libdisplay.ddc_sim import FakeClock, Feature, SimulatedMonitor
-from libdisplay.ddc_socket import MonitorServer, SocketI2c
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.hardware import drm, mccs
+from libdisplay.hardware.ddc import DdcClient, LinuxI2c, Transport, TransportError
+from libdisplay.hardware.ddc_socket import MonitorServer, SocketI2c
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import FakeClock, Feature, SimulatedMonitor
+from libdisplay.sim.edid import EdidParams, build_edid
 
 CAPS = (
     "(prot(monitor)type(lcd)model(SIM)cmds(01 02 03 0C F3)"
@@ -195,7 +196,7 @@ def test_the_default_opener_picks_the_transport_by_file_type(tmp_path: Path, nod
         if node == "socket":
             stack.enter_context(MonitorServer(path, SimulatedMonitor()))
         else:
-            path.touch()  # what sysfs_tree leaves for a device node
+            path.touch()  # what libdisplay.sim.sysfs leaves for a device node
         opened = ddcmap.open_i2c(tmp_path, 6)
         assert isinstance(opened, SocketI2c | LinuxI2c)
         stack.callback(opened.close)

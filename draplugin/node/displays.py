@@ -26,7 +26,7 @@ went. The operator reports each outcome, once it has acted on a generation:
 changes when the operator reports one.
 
 The node's Displays (label `display.liken.sh/node=NODE`) are followed by an informer
-(`libdisplay.kubewatch`) while `Displays.watch()` runs: once it has listed, every read is from
+(`libdisplay.kube.watch`) while `Displays.watch()` runs: once it has listed, every read is from
 its cache, so a hotplug, a claim or an idle resync reads nothing from the API; each write's
 answer goes into the cache; a write refused because the cache was behind (409) or named a
 Display that is gone (404) is made again from a read of that Display from the API.
@@ -36,6 +36,7 @@ The status schema in deploy/base/cluster/crd-displays.yaml is the contract this 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import re
@@ -54,11 +55,11 @@ from draplugin.conditions import ConditionStatus
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
-from libdisplay.drm import Card, Connector
-from libdisplay.kubewatch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
-from libdisplay.outputs import read_monitor
-from libdisplay.wayland import Output
-from libdisplay.weston import TRANSFORMS
+from libdisplay.compositor.outputs import read_monitor
+from libdisplay.compositor.wayland import Output
+from libdisplay.compositor.weston import TRANSFORMS
+from libdisplay.hardware.drm import Card, Connector
+from libdisplay.kube.watch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,10 @@ class DisplaysError(Exception):
 
 class DisplayWriteError(DisplaysError):
     """A Display could not be created or its status written; the message names the Display."""
+
+
+class NotCachedError(DisplaysError, LookupError):
+    """The informer's cache cannot tell about a Display: not listed yet, or behind for it."""
 
 
 class SpecOutcomeError(DisplaysError, ValueError):
@@ -310,6 +315,9 @@ class Displays:
         # Displays whose next read goes to the API: a write showed the cache behind for them.
         self._stale: set[str] = set()
         self.api_errors = 0
+        # Cleared while writes are held (`hold_writes`).
+        self._writes_open = asyncio.Event()
+        self._writes_open.set()
         node_label = display.labels(node, "")[display.NODE_LABEL]
         self.informer = Informer(
             LightkubeSource(client, DisplayResource, labels=f"{display.NODE_LABEL}={node_label}"),
@@ -354,7 +362,7 @@ class Displays:
             raise DisplayWriteError(str(err)) from err
 
     async def watch(self, on_stale: Callable[[str], None]) -> None:
-        """Follow this node's Displays (list, then watch; `libdisplay.kubewatch`) and call
+        """Follow this node's Displays (list, then watch; `libdisplay.kube.watch`) and call
         `on_stale(name)` when one needs the operator: deleted (it is re-created), or its `spec`
         edited (a generation its status has not observed). Events of the operator's own status
         and label writes do not count. Until cancelled; raises the ApiCallError of a failure no
@@ -455,6 +463,7 @@ class Displays:
     async def _write_status(self, name: str, stored: JsonObject, patch: JsonObject) -> None:
         """Merge-patch `status` as computed from `stored`: refused (409, retried from a fresh
         read) when the Display changed since, so no other writer's fields are lost."""
+        await self._writes_open.wait()
         version = (stored.get("metadata") or {}).get("resourceVersion")
         body: JsonObject = {"status": patch}
         if version:
@@ -462,6 +471,24 @@ class Displays:
         written = await self._client.patch(DisplayResource.Status, name, body,
                                            patch_type=PatchType.MERGE)
         self.informer.observe(_as_dict(written))
+
+    def hold_writes(self, held: bool) -> None:
+        """Make every write (create, label, status) wait while `held`, on the event loop's
+        thread; reads and the watch go on."""
+        if held:
+            self._writes_open.clear()
+        else:
+            self._writes_open.set()
+
+    def cached(self, name: str) -> JsonObject | None:
+        """Display `name` from the informer's cache (a copy), for readers on any thread (the
+        driver's prepares); NotCachedError before the first list, or when a write showed the
+        cache behind for it. The cache's objects are replaced, never changed in place, so a
+        copy taken off the loop's thread is whole."""
+        if not self.informer.synced.is_set() or name in self._stale:
+            raise NotCachedError(f"Display {name}: the watch's cache cannot tell yet")
+        found = self.informer.get(name)
+        return None if found is None else copy.deepcopy(found)
 
     async def _read(self, name: str) -> JsonObject | None:
         """Display `name` from the informer's cache once it has listed (a copy: callers build
@@ -485,6 +512,7 @@ class Displays:
         return _as_dict(found)
 
     async def _create(self, name: str, device: str) -> JsonObject:
+        await self._writes_open.wait()
         obj = DisplayResource.from_dict({
             "apiVersion": display.API_VERSION,
             "kind": display.KIND,
@@ -503,6 +531,7 @@ class Displays:
         missing = {k: v for k, v in self._labels(device).items() if labels.get(k) != v}
         if not missing:
             return stored
+        await self._writes_open.wait()
         patched = _as_dict(await self._client.patch(DisplayResource, name,
                                                     {"metadata": {"labels": missing}},
                                                     patch_type=PatchType.MERGE))

@@ -15,9 +15,11 @@ from draplugin.node import displays
 from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.server import FakeKube
-from libdisplay import display, drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import parse_mode
+from libdisplay import display
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import parse_mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"
@@ -414,3 +416,24 @@ def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: FakeKube,
     hdmi = _get(fake, HDMI)
     assert hdmi["spec"] == {"mode": "1280x720@60"}
     assert hdmi["metadata"]["labels"][display.NODE_LABEL] == NODE
+
+
+def test_held_writes_wait_until_let_go(fake: FakeKube, tmp_path: Path) -> None:
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> tuple[list[str], dict[str, displays.Result]]:
+        writer = displays.Displays(client, node=NODE, backoff=FAST)
+        writer.hold_writes(True)
+        fake.requests.clear()
+        pass_ = asyncio.create_task(writer.reconcile(cards))
+        # Long enough for both Displays' reads and writes, were they not held.
+        done, _ = await asyncio.wait({pass_}, timeout=1.0)
+        held = [f"{r.method} {r.path}" for r in fake.request_log()]
+        assert not done, "the pass ended while its writes were held"
+        writer.hold_writes(False)
+        return held, await pass_
+
+    held, results = _run(fake, scenario)
+    assert [r for r in held if not r.startswith("GET ")] == []
+    assert results == {HDMI: "created", DP: "created"}
+    assert _get(fake, HDMI)["status"]["connected"] is True

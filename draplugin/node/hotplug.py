@@ -6,11 +6,13 @@ A plug, unplug or mode change makes the kernel send a burst of `change` uevents 
 A periodic resync every `resync` seconds re-reads sysfs even without events: uevents can be
 lost (netlink buffer overruns), and a missed unplug must not stay published forever.
 
-Every read is followed by a question to `reprobe` (draplugin.node.reprobe, where the design
-is written down): on a real kernel the compositor hears no hotplug and sysfs may be stale until
-the DRM master re-probes, so after a change the operator restarts the compositor and reads
-sysfs again once it answers; only that second read is published. A SIGHUP, a uevent burst and
-the resync all take this one path.
+Every read is preceded by a probe and followed by a question to `reprobe`
+(draplugin.node.reprobe, where the design is written down): on a real kernel the compositor
+hears no hotplug and sysfs may be stale until the DRM master re-probes, so the operator first
+asks weston (the master) to re-detect the card's connectors, then reads sysfs; a monitor that
+left has its output powered off, one that came back is lit by the driver's modeset, and only
+a monitor weston cannot drive live restarts it, after which sysfs is read again and only that
+read is published. A SIGHUP, a uevent burst and the resync all take this one path.
 
 A monitor is identified by its connector *and* its EDID: a different monitor plugged into the
 same connector keeps the device name (it is the connector's) but shows as `swapped`, so the
@@ -18,7 +20,7 @@ slice's identity attributes and the Display status follow, and a claim holding t
 can be told its monitor changed.
 
 Tests and benches drive it through `QueueEvents` (uevents do not reach unprivileged test
-processes) together with `libdisplay.sysfs_tree.hotplug` on a simulated tree.
+processes) together with `libdisplay.sim.sysfs.hotplug` on a simulated tree.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from draplugin.node.reprobe import Fingerprint, Reprobe
-from libdisplay.drm import Card, DrmError
+from libdisplay.hardware.drm import Card, DrmError
 
 log = logging.getLogger(__name__)
 
@@ -188,17 +190,21 @@ class Hotplug:
         self._cards = await asyncio.to_thread(self._scan)
         self._known = identities(self._cards)
         self._fingerprint = fingerprint(self._cards)
+        if self._reprobe is not None:
+            self._reprobe.adopted(self._cards, self._fingerprint)
         return self._cards
 
     async def run(self) -> None:
         """Wait for uevents (or the resync period), settle, rescan, report; until cancelled."""
         try:
             while True:
+                heard = False
                 with contextlib.suppress(TimeoutError):
                     event = await asyncio.wait_for(self._source.next(), self._resync)
                     self._count(event)
                     await self._settle()
-                await self.rescan()
+                    heard = True
+                await self.rescan(probe=heard)
         finally:
             self._source.close()
 
@@ -217,16 +223,18 @@ class Hotplug:
             self._on_event(event)
         log.debug("uevent %s %s", event.action, event.sys_name)
 
-    async def rescan(self) -> Changes:
-        """Re-read sysfs; report to `on_change` when the inventory differs from the last."""
+    async def rescan(self, *, probe: bool = True) -> Changes:
+        """Re-read sysfs; report to `on_change` when the inventory differs from the last.
+        `probe`: have the compositor re-detect the connectors first (not on the periodic
+        resync, see draplugin.node.reprobe)."""
         async with self._rescanning:
-            return await self._rescan()
+            return await self._rescan(probe)
 
-    async def _rescan(self) -> Changes:
+    async def _rescan(self, probe: bool) -> Changes:
         self.rescans += 1
         try:
             cards = await asyncio.to_thread(self._scan)
-            cards = await self._reprobed(cards)
+            cards = await self._reprobed(cards, probe)
         except DrmError as err:
             log.error("cannot re-read the cards after a hotplug: %s", err)
             return Changes()
@@ -241,8 +249,11 @@ class Hotplug:
             await self._on_change(cards, changes)
         return changes
 
-    async def _reprobed(self, cards: tuple[Card, ...]) -> tuple[Card, ...]:
-        """`cards`, or a second read after the compositor restarted to re-probe the card."""
+    async def _reprobed(self, cards: tuple[Card, ...], probe: bool) -> tuple[Card, ...]:
+        """`cards`, read again after the compositor's probe (sysfs was stale before it), or
+        after the restart that made a new compositor probe the card."""
+        if self._reprobe is not None and await self._reprobe.probe(ask=probe):
+            cards = await asyncio.to_thread(self._scan)
         seen = fingerprint(cards)
         changed, self._fingerprint = seen != self._fingerprint, seen
         if self._reprobe is None:
@@ -253,5 +264,5 @@ class Hotplug:
             return cards
         cards = await asyncio.to_thread(self._scan)
         self._fingerprint = fingerprint(cards)
-        self._reprobe.settled(self._fingerprint)
+        self._reprobe.settled(cards, self._fingerprint)
         return cards

@@ -12,8 +12,9 @@ from draplugin.node import hotplug, slices
 from draplugin.node.retry import Backoff
 from fakekube.client import async_client
 from fakekube.server import FakeKube
-from libdisplay import drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.hardware import drm
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 
 NODE = "kiosk-1"
 WAIT_SECONDS = 30.0

@@ -33,7 +33,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from libdisplay import weston
+from libdisplay.compositor import weston
 
 log = logging.getLogger(__name__)
 

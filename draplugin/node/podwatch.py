@@ -13,7 +13,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from draplugin.node.metrics import weston_restart_count
-from libdisplay.kubewatch import DEFAULT_TIMING, Informer, JsonObject, LightkubeSource, Timing
+from libdisplay.kube.watch import DEFAULT_TIMING, Informer, JsonObject, LightkubeSource, Timing
 
 
 def restart_follower(client: AsyncClient, namespace: str, pod: str, *,

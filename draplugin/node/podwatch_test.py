@@ -11,7 +11,7 @@ from lightkube import AsyncClient
 from draplugin.node import podwatch
 from fakekube.client import run_async
 from fakekube.server import FakeKube
-from libdisplay.kubewatch import Timing
+from libdisplay.kube.watch import Timing
 
 WAIT_S = 30.0
 

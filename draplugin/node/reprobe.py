@@ -1,4 +1,5 @@
-"""Making the compositor see a connector change on a real card: the restart on hotplug.
+"""Making the compositor see a connector change on a real card: a probe by the DRM master,
+and the restart that stays for a monitor weston never drove.
 
 DESIGN. Three facts of a real kernel decide this (measured in the VM tier, docs/kms.md §2):
 
@@ -7,74 +8,51 @@ DESIGN. Three facts of a real kernel decide this (measured in the VM tier, docs/
    group 1, which reaches the pod's namespace because the pod keeps the host user namespace).
 2. A connector's sysfs `status` may be stale until the DRM master probes. virtio-gpu re-detects
    only when its master asks; with weston holding master, an unplugged head stays "connected"
-   (its EDID blob does change at once). A GPU with HPD interrupts re-detects in the kernel
-   before it sends the uevent, so there sysfs is already right.
+   (with 16 heads its EDID stayed 256 bytes too, so sysfs showed no change at all: the reason
+   bench/vm-monitors' re-plug stage once waited 300 s for a slice that never dropped the head).
+   A GPU with HPD interrupts re-detects in the kernel before it sends the uevent.
 3. The operator must never probe the card itself: it is not master, and a non-master probe
    refreshes nothing (and opening the card could take master from a restarting weston).
 
-So after every "connectors may have changed" event (a uevent burst, SIGHUP, the periodic
-resync) `Hotplug` re-reads sysfs and asks `Reprobe` whether the compositor must restart:
+So after every "connectors may have changed" event (a uevent burst, SIGHUP) `Hotplug` first
+asks the compositor to `probe`: the layout module's PROBE, a forced
+GETCONNECTOR of every connector on weston's own card fd (westonctl/layout/probe.c), which the
+kernel honours because weston is the master. Then sysfs is fresh; `Hotplug` reads it and asks
+`Reprobe` what the compositor must do. Where PROBE answered (the DRM backend):
 
-- yes when the read differs from the one before it (any connector's status or EDID): on a
-  re-detecting GPU the status changed and weston still runs the old set; on virtio-gpu the
-  status is stale but the EDID already moved;
-- yes when the compositor's outputs are not the connected connectors (a change nobody heard,
-  or a second plug that raced a restart), but at most once for the same sysfs state, so a
-  monitor the compositor declines to light cannot restart it forever;
-- no while nothing answers on the compositor's socket (the weston that comes up probes at its
-  start), and no where the compositor's outputs are not the card's connectors (output aliases:
-  a simulated node's x11 outputs, which no restart changes).
+- a connector whose monitor went away (disconnected, weston still has its output): the
+  output is powered off (`CONFIGURE <out> power=off`), not left driving a connector with no
+  monitor and not disabled: it keeps its place, its claims' surfaces and the mode list of
+  the monitor weston probed at its start, which is what a re-plug of that monitor needs. The
+  slice drops the device (the read is published); no restart.
+- the same monitor back (its EDID digest is the one weston drove it with): no restart; the
+  read is published with the device `added`, and the driver's `follow_connectors` applies
+  its settings with a `modeset`, which power-cycles the output and lights it again.
+- a different monitor on a connector weston drives (another EDID), or a monitor on a
+  connector weston never drove: the restart stays (reason `new-connector`, counted in
+  display_compositor_restarts_total). The probe refreshes the kernel's view, not weston's:
+  its DRM backend re-reads a head (mode list, EDID) only on udev's rebroadcast, which the pod
+  never hears, and libweston exports no call that would, so a different monitor would run
+  at the old monitor's modes and a new connector would have no output. weston.ini's
+  `force-on` does not help either: a head forced on without a monitor has no modes, and
+  nothing refreshes its list when one arrives.
 
-This restart stays even though every other output change is applied live
-(`draplugin.compositor`), a re-plug on a connector weston already drives included. Why, on
-virtio-gpu (kernel 6.12, weston 14; bench/vm-monitors re-plugs head 1 with weston alone and
-prints what each side shows):
+The periodic resync (a uevent may be lost) reads sysfs without a probe: a forced probe
+re-reads every monitor's EDID over DDC under the kernel's mode_config lock, and the kernel
+documents that it may flicker; weston itself probes only on a hotplug event. So on a device
+that does not re-detect by itself a lost uevent waits for the next event or a SIGHUP.
 
-- The kernel does not re-detect on the device's event (seen, docs/kms.md §2): sysfs
-  `status` keeps what the last probe found (an unplugged head stays "connected", while its
-  EDID blob does change) until the DRM master probes (GETCONNECTOR); a non-master's probe is
-  demoted to a read-only one, and the operator must not become master (fact 3).
-- weston, the master, does not ask: its DRM backend re-reads connectors only on udev's
-  rebroadcast, which the pod never hears, and libweston exports no re-probe. So weston keeps
-  the head as it was at its start: after an unplug it still drives the output (seen: its
-  wl_output stays), and after a re-plug its mode list is the old monitor's (its code).
-- Seen with 16 heads (bench/vm-monitors, weston alone, head 1 unplugged then plugged, 3 s
-  watched after each): sysfs said "connected" with a 256-byte EDID throughout, weston kept
-  Virtual-2 and its CRTC kept weston's framebuffer, and QEMU went on showing the head at
-  1280x800; a CONFIGURE modeset=1 of it answered OK in 73 ms.
-- So nothing in the pod can tell an unplug from a re-plug of the same monitor from a different
-  monitor: the EDID blob moves, the status does not. A live `CONFIGURE modeset=1` of the output
-  (the module powers it off and on) re-commits the old mode to whatever is now on the
-  connector; right only when the same monitor came back, and no answer to an unplug, which the
-  slice must show. A weston restart is the only master probe a pod can order.
-- weston.ini's `force-on` for every connector does not avoid it: the frontend
-  (frontend/main.c, `drm_head_should_force_enable`) then enables a head with no monitor, but
-  the DRM backend builds its mode list from the connector's modes, which a disconnected
-  connector has none of, so the output comes up only at a modeline written in weston.ini, and
-  when a monitor arrives nothing refreshes that list; every empty connector holds a CRTC and
-  is painted for nobody.
-
-What would make a re-plug live: a probe by the master without a restart, i.e. the layout
-module (inside weston) issuing GETCONNECTOR on weston's own card fd and answering each
-connector's status; then a re-plug whose EDID digest is the one weston started with is a
-`Wanted(modeset=True)` of that output, an unplug a power-off of it, and only a new monitor a
-restart. Until then the screens of every head are dark from the SIGTERM until the new weston's
-first frame, and the other heads' tenants lose their connections (bench/vm-monitors prints both
-on a real kernel; `bench/run prepare` the restart on the simulated node). Where the
-compositor's outputs are not the card's connectors (a simulated node's x11 outputs) there is
-nothing to re-probe, and a re-plug is a live modeset of that output
-(`Driver.follow_connectors`).
+At most one restart per sysfs state, so a monitor the compositor declines to light cannot
+restart it forever. Where PROBE is `unsupported` (x11 or headless: a simulated node's outputs
+are not the card's connectors, and there `Reprobe` is not used at all) or no layout module
+answers (a stock shell), the rule is the one before PROBE existed: restart when sysfs differs
+from the read before, or when the compositor's outputs are not the connected connectors.
 
 The restart is an ordinary restart order (`Compositor.restart`: westonctl starts weston again
 at once, the crash count stays put), bounded by the operator's `--restart-timeout`. The new
-weston takes master and probes every connector, which refreshes sysfs; once it answers,
-`Hotplug` reads sysfs again and publishes that second read only — the one that is right on
-virtio-gpu; elsewhere it finds what the first found. The uevent the probe itself may raise
-finds sysfs unchanged and the outputs matching, so it restarts nothing.
-
-The settings a plugged monitor runs at are a second step, after that read is published: the
-driver derives them again for the connectors now connected (`Driver.follow_connectors`) and
-applies them live to the compositor the re-probe started.
+weston takes master and probes every connector; once it answers, `Hotplug` reads sysfs again
+and publishes that read, and `settled` records it as what weston drives. While nothing answers
+on the compositor's socket nothing is decided: the weston that comes up probes at its start.
 """
 
 from __future__ import annotations
@@ -84,8 +62,9 @@ import logging
 from collections.abc import Callable, Mapping
 
 from draplugin.compositor import Compositor, CompositorError
-from libdisplay import wayland
-from libdisplay.drm import Card
+from libdisplay.compositor import wayland
+from libdisplay.compositor.layout import ConnectorProbe, LayoutError
+from libdisplay.hardware.drm import Card
 
 log = logging.getLogger(__name__)
 
@@ -98,37 +77,82 @@ def connected_outputs(cards: tuple[Card, ...]) -> frozenset[str]:
     return frozenset(c.output_name for card in cards for c in card.connectors if c.connected)
 
 
+def driven_digests(cards: tuple[Card, ...], fingerprint: Fingerprint) -> dict[str, str]:
+    """Output name → EDID digest of each connected connector: what a weston that probed the
+    card now drives each output for."""
+    return {c.output_name: fingerprint[c.device_name][1]
+            for card in cards for c in card.connectors
+            if c.connected and c.device_name in fingerprint}
+
+
 OutputsReader = Callable[[], frozenset[str] | None]
 Restarter = Callable[[str, Callable[[], bool]], bool]
 """`restart(reason, moved)`: order the restart; return once a new compositor answers or
 `moved()` (sysfs shows the change) holds; False when there was no compositor to restart."""
+Prober = Callable[[], tuple[ConnectorProbe, ...] | None]
+"""The compositor's PROBE: what it found, None where it cannot (LayoutError: no answer)."""
+PowerOff = Callable[[str], None]
 
 
 class Reprobe:
-    """Decides, after each sysfs read, whether the compositor restarts; restarts it if so.
+    """Probes before each sysfs read, then decides whether the compositor restarts (and
+    restarts it), or powers off the outputs whose monitor went away.
 
     `outputs()` gives the compositor's output names (None when it does not answer); see
-    `Restarter` for `restart`. Both block: they run on a worker thread.
+    `Restarter` for `restart`, `Prober` for `probe`. All block: they run on a worker thread.
+    Without `probe` (or once it answered that it cannot) the rule is sysfs's alone.
     """
 
-    def __init__(self, outputs: OutputsReader, restart: Restarter) -> None:
+    def __init__(self, outputs: OutputsReader, restart: Restarter, *,
+                 probe: Prober | None = None, power_off: PowerOff | None = None) -> None:
         self._outputs = outputs
         self._restart = restart
+        self._probe = probe
+        self._power_off = power_off
+        self._live = False  # the last probe answered: weston can follow a re-plug live
+        self._driven: dict[str, str] = {}
+        self._dark: set[str] = set()
         self._restarted_for: Fingerprint | None = None
         self.restarts = 0
+        self.powered_off = 0
+
+    async def probe(self, *, ask: bool = True) -> bool:
+        """Ask the compositor to re-detect the card's connectors; True when it did, so a
+        sysfs read from now on is fresh. `ask` False: no probe for this read (the periodic
+        resync), which is then judged by sysfs alone."""
+        if self._probe is None or not ask:
+            return False
+        try:
+            found = await asyncio.to_thread(self._probe)
+        except LayoutError as err:
+            log.warning("hotplug: the compositor did not probe its connectors: %s", err)
+            self._live = False
+            return False
+        if found is None:
+            self._probe = None  # x11 or headless: nothing will ever re-detect there
+            self._live = False
+            return False
+        self._live = True
+        log.debug("hotplug: the compositor probed %s",
+                  ", ".join(f"{p.connector} {p.status}" for p in found))
+        return True
 
     async def __call__(self, cards: tuple[Card, ...], fingerprint: Fingerprint, *,
                        sysfs_changed: bool, moved: Callable[[], bool]) -> bool:
-        """Restart the compositor when it cannot see the change by itself; True if it did.
+        """Restart the compositor when it cannot follow the change live; True if it did.
         `moved()` re-reads sysfs and says whether it differs from `fingerprint`."""
         outputs = await asyncio.to_thread(self._outputs)
         if outputs is None:
             return False
-        stale = outputs != connected_outputs(cards)
-        if not sysfs_changed and not (stale and fingerprint != self._restarted_for):
+        if self._live:
+            reason = await self._after_probe(cards, fingerprint, outputs)
+        else:
+            reason = self._sysfs_reason(cards, outputs, sysfs_changed)
+        if reason is None:
             return False
-        reason = "connectors changed in sysfs" if sysfs_changed else \
-            f"the compositor runs {sorted(outputs)}, sysfs has {sorted(connected_outputs(cards))}"
+        if (self._live or not sysfs_changed) and \
+                fingerprint == self._restarted_for:
+            return False  # restarted for this very state: what the compositor shows stays
         log.info("hotplug: restarting the compositor so it re-probes the card (%s)", reason)
         try:
             restarted = await asyncio.to_thread(self._restart, f"hotplug: {reason}", moved)
@@ -139,9 +163,59 @@ class Reprobe:
         self.restarts += restarted
         return restarted
 
-    def settled(self, fingerprint: Fingerprint) -> None:
-        """The state the restarted compositor probed: what it shows is its verdict on it."""
+    async def _after_probe(self, cards: tuple[Card, ...], fingerprint: Fingerprint,
+                           outputs: frozenset[str]) -> str | None:
+        """sysfs as the master's probe left it: power off the outputs whose monitor left;
+        the reason to restart when a monitor weston cannot drive live arrived, else None."""
+        connectors = {c.output_name: c for card in cards for c in card.connectors}
+        plugged = driven_digests(cards, fingerprint)
+        never = sorted(plugged.keys() - outputs)
+        other = sorted(name for name in plugged.keys() & outputs
+                       if self._driven.get(name, plugged[name]) != plugged[name])
+        self._dark -= plugged.keys()  # back: the driver's modeset lights it
+        for name in sorted(outputs & connectors.keys() - plugged.keys() - self._dark):
+            await self._turn_off(name)
+        if never:
+            return f"a monitor on {', '.join(never)}, which weston never drove"
+        if other:
+            return f"a different monitor on {', '.join(other)} than weston drives it for"
+        return None
+
+    async def _turn_off(self, output: str) -> None:
+        if self._power_off is None:
+            return
+        try:
+            await asyncio.to_thread(self._power_off, output)
+        except LayoutError as err:
+            log.error("hotplug: cannot power off output %s after its monitor left: %s",
+                      output, err)
+            return
+        self._dark.add(output)
+        self.powered_off += 1
+        log.info("hotplug: the monitor on %s left: output powered off, no restart", output)
+
+    def _sysfs_reason(self, cards: tuple[Card, ...], outputs: frozenset[str],
+                      sysfs_changed: bool) -> str | None:
+        """Without a probe: any sysfs change, or outputs that are not the connected ones."""
+        if sysfs_changed:
+            return "connectors changed in sysfs"
+        if outputs != connected_outputs(cards):
+            return (f"the compositor runs {sorted(outputs)}, sysfs has "
+                    f"{sorted(connected_outputs(cards))}")
+        return None
+
+    def settled(self, cards: tuple[Card, ...], fingerprint: Fingerprint) -> None:
+        """A compositor that probed the card (at its start, or the one a restart started)
+        drives what this read shows: what it shows is its verdict on it, and a monitor
+        coming back later is compared with the one of this read."""
         self._restarted_for = dict(fingerprint)
+        self._driven = driven_digests(cards, fingerprint)
+        self._dark.clear()
+
+    def adopted(self, cards: tuple[Card, ...], fingerprint: Fingerprint) -> None:
+        """The first read: the running weston drives its connected monitors (it probed the
+        card at its start); no restart is charged to this state."""
+        self._driven = driven_digests(cards, fingerprint)
 
 
 def outputs_reader(compositor: Compositor) -> OutputsReader:
@@ -166,5 +240,16 @@ def restarter(compositor: Compositor) -> Restarter:
     return restart
 
 
+def prober(compositor: Compositor) -> Prober:
+    """PROBE through the layout module; a compositor without a control socket cannot."""
+    if compositor.control is None:
+        return lambda: None
+    return compositor.probe_connectors
+
+
 def for_compositor(compositor: Compositor) -> Reprobe:
-    return Reprobe(outputs_reader(compositor), restarter(compositor))
+    def power_off(output: str) -> None:
+        compositor.power_off(output)
+
+    return Reprobe(outputs_reader(compositor), restarter(compositor),
+                   probe=prober(compositor), power_off=power_off)

@@ -11,10 +11,14 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from draplugin import compositor as operator_compositor
 from draplugin.node import hotplug, reprobe
-from libdisplay import drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay.compositor import layout
+from libdisplay.hardware import drm
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 
 A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))
@@ -149,3 +153,140 @@ def test_the_restarter_without_a_compositor_pid_restarts_nothing(tmp_path: Path)
         restarts_dir=tmp_path / "restarts", control=None, restart_timeout=1.0))
     assert restart("test", lambda: False) is False
     assert not (tmp_path / "restarts").exists()
+
+
+# ---------- with a compositor that probes (the DRM backend's layout module) ----------
+
+class Probing(Compositor):
+    """A compositor whose PROBE runs `kernel` (the master's re-detection, which brings sysfs
+    up to date) and answers; its outputs stay what it drove (no restart, no udev)."""
+
+    def __init__(self, outputs: set[str], kernel: Callable[[], None] = lambda: None):
+        super().__init__(outputs)
+        self.kernel = kernel
+        self.probes = 0
+        self.dark: list[str] = []
+
+    def probe(self) -> tuple[layout.ConnectorProbe, ...]:
+        self.probes += 1
+        self.kernel()
+        self.kernel = lambda: None
+        return ()
+
+    def power_off(self, output: str) -> None:
+        self.dark.append(output)
+
+
+def _probing(scan: hotplug.Scan, compositor: Probing, published: Published
+             ) -> tuple[hotplug.Hotplug, reprobe.Reprobe]:
+    check = reprobe.Reprobe(compositor.read, compositor.restart, probe=compositor.probe,
+                            power_off=compositor.power_off)
+    return hotplug.Hotplug(hotplug.QueueEvents(), scan, published, reprobe=check), check
+
+
+def _unplug_seen_only_by_the_master(root: Path, name: str) -> Callable[[], None]:
+    """virtio-gpu: nothing in sysfs moves until the master probes (16 heads: not even the
+    EDID), then the connector reads disconnected."""
+    return lambda: sysfs_tree.hotplug(root, name, status="disconnected")
+
+
+def _plug_seen_only_by_the_master(root: Path, name: str, edid: bytes) -> Callable[[], None]:
+    return lambda: sysfs_tree.hotplug(root, name, status="connected", edid=edid,
+                                      modes=("1920x1080",))
+
+
+def test_a_replug_of_the_same_monitor_restarts_nothing(tmp_path: Path) -> None:
+    """Unplug: the probe makes sysfs show it, the output is powered off, the slice drops the
+    device. Plug the same monitor: published as added (the driver's modeset lights it).
+    The compositor is never restarted, and the periodic resync between the two (no probe)
+    leaves the dark output alone."""
+    scan = _machine(tmp_path)
+    compositor = Probing({"HDMI-A-1", "DP-1"})
+    published = Published()
+
+    async def main() -> None:
+        watcher, check = _probing(scan, compositor, published)
+        await watcher.start()
+        compositor.kernel = _unplug_seen_only_by_the_master(tmp_path, "card0-DP-1")
+        await watcher.rescan()
+        await watcher.rescan(probe=False)
+        compositor.kernel = _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", B)
+        await watcher.rescan()
+        assert check.powered_off == 1
+
+    asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+    assert compositor.restarts == []
+    assert compositor.dark == ["DP-1"]
+    assert published.seen == [
+        (frozenset({"HDMI-A-1"}), hotplug.Changes(removed=("card0-dp-1",))),
+        (frozenset({"HDMI-A-1", "DP-1"}), hotplug.Changes(added=("card0-dp-1",))),
+    ]
+
+
+def test_a_different_monitor_on_a_driven_connector_restarts_once(tmp_path: Path) -> None:
+    """weston's mode list for DP-1 is monitor B's; only a restart re-reads the head."""
+    scan = _machine(tmp_path)
+    compositor = Probing({"HDMI-A-1", "DP-1"})
+    published = Published()
+
+    async def main() -> None:
+        watcher, _ = _probing(scan, compositor, published)
+        await watcher.start()
+        compositor.kernel = _unplug_seen_only_by_the_master(tmp_path, "card0-DP-1")
+        await watcher.rescan()
+        compositor.kernel = _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", A)
+        await watcher.rescan()
+        await watcher.rescan()  # the uevent of the new master's probe: nothing more
+
+    asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+    assert len(compositor.restarts) == 1
+    assert "a different monitor on DP-1" in compositor.restarts[0]
+    assert published.seen[-1] == (frozenset({"HDMI-A-1", "DP-1"}),
+                                  hotplug.Changes(added=("card0-dp-1",)))
+
+
+def test_a_monitor_on_a_connector_weston_never_drove_restarts(tmp_path: Path) -> None:
+    scan = _machine(tmp_path)
+    sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="disconnected")
+    compositor = Probing({"HDMI-A-1"})
+    published = Published()
+
+    async def main() -> None:
+        watcher, _ = _probing(scan, compositor, published)
+        await watcher.start()
+        compositor.kernel = _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", B)
+        await watcher.rescan()
+
+    asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+    assert compositor.probes == 1
+    assert len(compositor.restarts) == 1
+    assert "DP-1, which weston never drove" in compositor.restarts[0]
+
+
+@pytest.mark.parametrize("answer", ["unsupported", "no-answer"])
+def test_where_the_compositor_cannot_probe_sysfs_alone_decides(tmp_path: Path,
+                                                              answer: str) -> None:
+    """PROBE unsupported (x11, headless) or unanswered (a stock shell): the rule before PROBE,
+    a restart on a change sysfs shows; an unsupported PROBE is not asked again."""
+    scan = _machine(tmp_path)
+    compositor = Compositor({"HDMI-A-1", "DP-1"})
+    asked: list[str] = []
+
+    def probe() -> tuple[layout.ConnectorProbe, ...] | None:
+        asked.append(answer)
+        if answer == "unsupported":
+            return None
+        raise layout.LayoutConnectError(tmp_path / "control.sock", 111)
+
+    async def main() -> None:
+        watcher = hotplug.Hotplug(
+            hotplug.QueueEvents(), scan, Published(),
+            reprobe=reprobe.Reprobe(compositor.read, compositor.restart, probe=probe))
+        await watcher.start()
+        await watcher.rescan()
+        sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="disconnected")
+        await watcher.rescan()
+
+    asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+    assert len(compositor.restarts) == 1
+    assert asked == ([answer] if answer == "unsupported" else [answer] * 2)

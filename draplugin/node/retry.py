@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from draplugin.apierrors import from_lightkube
-from libdisplay.kubeerrors import ApiCallError
+from libdisplay.kube.errors import ApiCallError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from draplugin.node.retry import Backoff, RetryError, fatal, with_retries
-from libdisplay.kubeerrors import ApiCallError, status_error
+from libdisplay.kube.errors import ApiCallError, status_error
 
 FAST = Backoff(first=0.001, cap=0.002, attempts=4)
 

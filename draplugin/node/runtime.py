@@ -27,8 +27,11 @@ from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, fatal
-from libdisplay import drm, kubeaccess, kubelightkube, wayland
-from libdisplay.kubeaccess import Endpoint
+from libdisplay.compositor import wayland
+from libdisplay.hardware import drm
+from libdisplay.kube import access as kubeaccess
+from libdisplay.kube import lightkube_client as kubelightkube
+from libdisplay.kube.access import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +184,13 @@ class NodeRuntime:
         """The claims holding devices now (device name → claim), for the Display status;
         written at the next reconcile (call `refresh()` to write now)."""
         self._observed.claims = dict(claims)
+
+    async def hold_display_writes(self, held: bool) -> None:
+        """Hold every Display write (creates, status, labels) while `held`; reads, the slice
+        and the watches go on. The operator holds them from its start until its gRPC server
+        serves, so the kubelet's registration, which waits for nothing else, does not queue
+        behind a video wall's 16 Displays and their status on the API server."""
+        self.displays.hold_writes(held)
 
     async def close(self) -> None:
         """Release the API client."""

@@ -16,8 +16,9 @@ from draplugin.node import displays, hotplug, runtime, slices
 from draplugin.node.runtime_test import _until
 from fakekube.client import async_client
 from fakekube.server import FakeKube
-from libdisplay import display, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
+from libdisplay import display
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"

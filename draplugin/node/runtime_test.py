@@ -14,11 +14,12 @@ from draplugin.compositor import Compositor
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from fakekube.client import async_client
 from fakekube.server import FakeKube
-from libdisplay import display, sysfs_tree
-from libdisplay.ddc import DdcClient, Transport
-from libdisplay.ddc_sim import FakeClock, SimulatedMonitor
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.wayland import Liveness
+from libdisplay import display
+from libdisplay.compositor.wayland import Liveness
+from libdisplay.hardware.ddc import DdcClient, Transport
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.ddc import FakeClock, SimulatedMonitor
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.support import weston
 from tests.support.crds import display_crd
 

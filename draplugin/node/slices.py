@@ -1,12 +1,12 @@
 """The node's ResourceSlice: one device per connected monitor, published and kept published.
 
-`build_devices` turns `libdisplay.drm` cards into `resource.k8s.io/v1` devices (docs/dra.md
+`build_devices` turns `libdisplay.hardware.drm` cards into `resource.k8s.io/v1` devices (docs/dra.md
 §3.1): names are DNS labels (`card0-hdmi-a-1`), attribute names C identifiers, at most 32
 attributes per device, strings cleaned and cut to 64 characters so an odd EDID never gets the
 slice rejected. `Publisher` owns the one slice of this node's pool (pool = node name, owned by
 the Node): it writes it at start, again only when its content changes, recreates it when the
 kubelet wipes it (docs/dra.md §1), and carries the compositor-unavailable taint on every device.
-It follows its slice with a watch (`libdisplay.kubewatch`): each check compares against the
+It follows its slice with a watch (`libdisplay.kube.watch`): each check compares against the
 watch's cache, so an idle node sends the API server nothing but the open watch.
 
 Pool generation: the pool is a single slice, so an update keeps the generation (the Go helper
@@ -31,9 +31,9 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, fatal, with_retries
-from libdisplay.drm import Card, Connector
-from libdisplay.kubewatch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
-from libdisplay.outputs import read_monitor
+from libdisplay.compositor.outputs import read_monitor
+from libdisplay.hardware.drm import Card, Connector
+from libdisplay.kube.watch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 
 log = logging.getLogger(__name__)
 

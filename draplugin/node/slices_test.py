@@ -15,9 +15,10 @@ from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.faults import FaultCode
 from fakekube.server import FakeKube
-from libdisplay import drm, sysfs_tree
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import parse_mode
+from libdisplay.hardware import drm
+from libdisplay.hardware.modes import parse_mode
+from libdisplay.sim import sysfs as sysfs_tree
+from libdisplay.sim.edid import EdidParams, build_edid
 
 NODE = "kiosk-1"
 WAIT_SECONDS = 30.0

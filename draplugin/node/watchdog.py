@@ -1,6 +1,7 @@
 """The compositor watchdog: probe weston's socket twice a second, SIGKILL it when it hangs.
 
-A probe is `libdisplay.wayland.probe` (registry + sync round trip). Answering → available.
+A probe is `libdisplay.compositor.wayland.probe` (registry + sync round trip). Answering →
+available.
 DEAD or ABSENT → unavailable at once; HUNG → unavailable from the `miss_limit`th in a row (one
 slow answer on a loaded node is not an outage, and each flap would rewrite the slice twice).
 The cadence is the budget's: with 0.5 s probes back to back, a weston silent for 1.5 s is
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from libdisplay.wayland import Liveness, ProbeResult, WaylandError, probe
+from libdisplay.compositor.wayland import Liveness, ProbeResult, WaylandError, probe
 
 log = logging.getLogger(__name__)
 

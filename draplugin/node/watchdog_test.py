@@ -15,7 +15,7 @@ import pytest
 from draplugin.compositor.pid import weston_pid
 from draplugin.node import watchdog
 from draplugin.node.runtime import NodeConfig
-from libdisplay.wayland import Liveness
+from libdisplay.compositor.wayland import Liveness
 from tests.support import weston
 
 PROBE_TIMEOUT = 0.5

@@ -5,7 +5,7 @@ known, and each `variables.*` it uses is declared before it (tests/deploy/cel.py
 policy calls only standard CEL functions; the literals the CEL compares against (field names,
 enums, the mode pattern, numeric bounds, the driver, the ServiceAccount and the node claim)
 are the ones of a Python model of the rules (tests/deploy/displayconfig.py and the slice model
-below), of the Display CRD and of libdisplay.modes; and the models accept and reject the
+below), of the Display CRD and of libdisplay.hardware.modes; and the models accept and reject the
 parameter sets and writes below.
 
 What is not verified: no CEL is evaluated. That the CEL, run by an apiserver, computes what
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from libdisplay.modes import ModeError, parse_mode
+from libdisplay.hardware.modes import ModeError, parse_mode
 from tests.deploy import cel, displayconfig
 from tests.deploy.cases import BAD, BASE, DRIVER, GOOD, NODE_CLAIM, SLICE_WRITES
 from tests.deploy.manifests import Doc, find, render

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from libdisplay.wayland import EventArgs
+from libdisplay.compositor.wayland import EventArgs
 from tests.support.layout import SolidClient, _encode, _message
 
 Overflow = Literal["wide-right", "wide-left", "subsurface", "popup"]

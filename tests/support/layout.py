@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from libdisplay.wayland import EventArgs
+from libdisplay.compositor.wayland import EventArgs
 
 _HEADER = struct.Struct("<II")
 _WORD = struct.Struct("<I")

@@ -18,10 +18,10 @@ import pytest
 
 from fakekube.server import FakeKube
 from libdisplay.display import API_VERSION, display_name
-from libdisplay.edid_build import EdidParams, build_edid
-from libdisplay.modes import Mode
-from libdisplay.sysfs_tree import SimCard, SimConnector, write_tree
-from simnode.state import Layout
+from libdisplay.hardware.modes import Mode
+from libdisplay.sim.edid import EdidParams, build_edid
+from libdisplay.sim.sysfs import SimCard, SimConnector, write_tree
+from simnode.cli.state import Layout
 from tests.support.crds import display_crd
 
 NODE = "kiosk-1"

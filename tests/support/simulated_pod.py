@@ -1,6 +1,6 @@
-"""The rendered base's pod on a simulated node (`simnode.pod`), as the tests that run the whole
-pod against the fake API start it: the manifests `kubectl kustomize` renders, the binaries of
-this build, and the trixie root for weston.
+"""The rendered base's pod on a simulated node (`simnode.node.pod_node`), as the tests that run
+the whole pod against the fake API start it: the manifests `kubectl kustomize` renders, the
+binaries of this build, and the trixie root for weston.
 
 The node's containers listen on the manifest's ports on the host's network; the pod runner's
 lock (/tmp/simnode-pod-ports.lock) makes a second node on this machine wait for the first.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from simnode.pod import node as pod_node
+from simnode.node import pod_node
 
 REPO = Path.cwd()
 NODE = "sim-node-1"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from libdisplay.layout import LayoutCapture, LayoutError
+from libdisplay.compositor.layout import LayoutCapture, LayoutError
 from tests.support.layout import SolidClient
 
 ROUNDTRIP_TIMEOUT_S = 5.0

@@ -8,7 +8,7 @@ process the test spawned, so its pid, signals and exit status are weston's.
 Each compositor gets its own private XDG_RUNTIME_DIR (a fresh 0700 temp dir, short enough for
 AF_UNIX paths) and a clean environment, so that weston never picks a backend from an inherited
 WAYLAND_DISPLAY or DISPLAY and parallel test files never share a socket. It is ready when its
-socket answers a registry + sync round trip (`libdisplay.wayland.probe`).
+socket answers a registry + sync round trip (`libdisplay.compositor.wayland.probe`).
 
 The headless backend makes exactly one output, `headless`, and rejects `--output-count`, so
 several outputs come from `x11`: weston's x11 backend on an Xvfb whose display number Xvfb
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from libdisplay import fsutil
+from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.processes import Process, running, unix_socket_accepts
-from libdisplay.wayland import Liveness, probe
 
 Renderer = Literal["noop", "pixman", "gl"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from libdisplay.compositor.wayland import Liveness, list_outputs, probe
 from libdisplay.processes import running
-from libdisplay.wayland import Liveness, list_outputs, probe
 from tests.support import weston
 
 WAIT_S = 30.0

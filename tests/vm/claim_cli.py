@@ -9,7 +9,7 @@ API_FLAGS are `--api URL --token-file FILE --ca-file FILE`: the API's HTTPS addr
 bearer token of the identity that calls it and the CA its certificate is verified with.
 `prepare` creates ResourceClaim NAME in `default`, allocates DEV of pool NODE to it with the
 claim's DisplayConfig (as the scheduler writes status.allocation), then asks the operator to
-prepare it the way the kubelet does (fakekube.kubelet); prints {"uid", "error"} as JSON.
+prepare it the way the kubelet does (simnode.kubelet.plugin); prints {"uid", "error"} as JSON.
 `unprepare` asks the operator to unprepare it and deletes the claim; prints {"error"}.
 `show` is the claim's app: one toplevel of a solid colour on the claim's Wayland socket; it
 prints {"shown", "configured", "outputs_offered", "output_events"} once the compositor has
@@ -53,7 +53,7 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None,
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
-    from fakekube.kubelet import Claim, Kubelet  # gRPC: only for the kubelet's calls
+    from simnode.kubelet.plugin import Claim, Kubelet  # gRPC: only for the kubelet's calls
 
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": args.name, "namespace": NAMESPACE},
@@ -77,7 +77,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def unprepare(args: argparse.Namespace) -> dict[str, Any]:
-    from fakekube.kubelet import Claim, Kubelet
+    from simnode.kubelet.plugin import Claim, Kubelet
 
     with Kubelet(Path(args.registration), driver=DRIVER) as kubelet:
         error = kubelet.unprepare([Claim(uid=args.uid, name=args.name, namespace=NAMESPACE)])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from capture.png import encode_png
-from libdisplay.layout import FrameHeader
+from libdisplay.compositor.layout import FrameHeader
 from tests.vm.guest import pixels
 
 

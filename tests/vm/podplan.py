@@ -2,7 +2,7 @@
 
 The guest has no container runtime and no PyYAML, so the host reads what a cluster owner
 applies (`kubectl kustomize deploy/base`) and the images' entrypoints (`deploy/images`) with
-the simulated node's own readers (`simnode.pod`: manifest, images, the assembler's env) and
+the simulated node's own readers (`simnode.kubelet`: manifest, images, the assembler's env) and
 writes, for each container in the kubelet's order, the argv, env and volumeMounts the guest
 runs it with (`tests/vm/guest/pod.py`). Nothing is added that the manifest, its image or the
 kubelet would not give the container: its argv is its image's ENTRYPOINT and CMD/args, its
@@ -29,9 +29,10 @@ from typing import Any, Final, Literal
 import yaml
 
 from libdisplay import fsutil
-from simnode.pod import control, images, simcard
-from simnode.pod.assemble import Assembler, CdiEdits, Machine
-from simnode.pod.manifest import (
+from simnode.cluster import control
+from simnode.kubelet import images
+from simnode.kubelet.assemble import Assembler, CdiEdits, Machine
+from simnode.kubelet.manifest import (
     Container,
     PodTemplate,
     Volume,
@@ -39,9 +40,10 @@ from simnode.pod.manifest import (
     load_documents,
     pod_template,
 )
-from simnode.pod.node import MODULEDIR
-from simnode.pod.up import render
-from simnode.pod.volumes import PodVolumes
+from simnode.kubelet.volumes import PodVolumes
+from simnode.node import card_cdi as simcard
+from simnode.node.checkout import render
+from simnode.node.pod_node import MODULEDIR
 
 JsonObject = dict[str, Any]
 Role = Literal["init", "sidecar", "main"]
@@ -199,7 +201,7 @@ def plan(repo: Path, rendered: str) -> JsonObject:
 
 def objects(rendered: str) -> str:
     """What the guest's fake API starts with: every object of the rendered base, simnode's
-    people and viewer (`simnode/pod/rbac.yaml`) and the Node."""
+    people and viewer (`simnode/cluster/rbac.yaml`) and the Node."""
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
     docs = [*load_documents(rendered), *load_documents(control.RBAC.read_text()), node]
     return yaml.safe_dump_all(docs)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from simnode.pod.up import render
+from simnode.node.checkout import render
 from tests.vm import podplan
 from tests.vm.guest import pod
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay.layout import Frame, LayoutCapture, LayoutControl
+from libdisplay.compositor.layout import Frame, LayoutCapture, LayoutControl
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout, layout_ini

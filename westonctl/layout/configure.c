@@ -36,7 +36,7 @@ static const char *const transform_names[] = {
 #define TRANSFORM_COUNT (sizeof(transform_names) / sizeof(transform_names[0]))
 
 struct configure_request {
-	bool has_mode, has_transform, has_scale, modeset;
+	bool has_mode, has_transform, has_scale, modeset, power_off;
 	int32_t width, height;
 	int32_t refresh_mhz;	/* 0: not given */
 	uint32_t transform;
@@ -162,11 +162,19 @@ parse_request(struct conn *conn, char **w, int n, struct configure_request *req,
 				return conn_printf(conn, "ERR bad-request request modeset must be 1, got %s\n",
 						   value);
 			req->modeset = true;
+		} else if (strcmp(key, "power") == 0 && !req->power_off) {
+			if (strcmp(value, "off") != 0)
+				return conn_printf(conn, "ERR bad-request request power must be off "
+						   "(modeset=1 powers an output on), got %s\n", value);
+			req->power_off = true;
 		} else {
 			return conn_printf(conn, "ERR bad-request request unknown or repeated key "
-					   "%s (mode, transform, scale, modeset)\n", key);
+					   "%s (mode, transform, scale, modeset, power)\n", key);
 		}
 	}
+	if (req->modeset && req->power_off)
+		return conn_printf(conn, "ERR bad-request request modeset=1 powers the output on, "
+				   "power=off off: not both\n");
 	*ok = true;
 	return true;
 }
@@ -254,9 +262,10 @@ print_state(struct conn *conn, const char *prefix, struct weston_output *output,
 		}
 	}
 	return conn_printf(conn, "%s%s mode=%dx%d@%d transform=%s scale=%d x=%d y=%d width=%d "
-			   "height=%d%s%s\n", prefix, output->name, m->width, m->height, m->refresh,
-			   transform_name(output->transform), output->current_scale,
+			   "height=%d power=%s%s%s\n", prefix, output->name, m->width, m->height,
+			   m->refresh, transform_name(output->transform), output->current_scale,
 			   (int)output->pos.c.x, (int)output->pos.c.y, output->width, output->height,
+			   output->power_state == WESTON_OUTPUT_POWER_NORMAL ? "on" : "off",
 			   modes ? " modes=" : "", list);
 }
 
@@ -323,6 +332,17 @@ modeset_now(struct weston_output *output)
 	weston_output_power_off(output);
 	weston_output_power_on(output);
 	weston_output_schedule_repaint(output);
+}
+
+/* FORCED_OFF: weston neither repaints the output nor powers it on when it wakes from idle;
+ * only a modeset=1 (weston_output_power_on) lights it again. */
+static void
+power_off_now(struct layout_output *lo)
+{
+	if (lo->modeset_timer)
+		wl_event_source_timer_update(lo->modeset_timer, 0);
+	weston_log("layout: %s: powered off\n", lo->output->name);
+	weston_output_power_off(lo->output);
 }
 
 static int
@@ -409,6 +429,9 @@ control_configure(struct conn *conn, char **w, int n)
 	if (req.modeset && !mode && !output->set_dpms)
 		return conn_printf(conn, "ERR unsupported modeset %s cannot be power-cycled "
 				   "(the backend has no DPMS)\n", output->name);
+	if (req.power_off && !output->set_dpms)
+		return conn_printf(conn, "ERR unsupported power %s cannot be powered off "
+				   "(the backend has no DPMS)\n", output->name);
 
 	wl_list_for_each(other, &layout->compositor->output_list, link)
 		count++;
@@ -464,8 +487,12 @@ control_configure(struct conn *conn, char **w, int n)
 		weston_output_schedule_repaint(output);
 	}
 	free(before);
-	if (req.modeset && !mode)
+	/* A mode switch is a modeset already, unless the output was powered off: then the
+	 * power cycle is what lights it again. */
+	if (req.modeset && (!mode || output->power_state != WESTON_OUTPUT_POWER_NORMAL))
 		start_modeset(lo);
+	if (req.power_off && output->power_state == WESTON_OUTPUT_POWER_NORMAL)
+		power_off_now(lo);
 	return print_state(conn, "OK ", output, false);
 }
 
@@ -488,10 +515,13 @@ control_outputs(struct conn *conn)
 	return true;
 }
 
-/* CONFIGURE and OUTPUTS; false when the line is neither (the caller answers). */
+/* CONFIGURE and OUTPUTS (PROBE is probe.c's); false when the line is none of them (the
+ * caller answers). */
 bool
 configure_line(struct conn *conn, char **w, int n, bool *result)
 {
+	if (probe_line(conn, w, n, result))
+		return true;
 	if (n >= 2 && strcmp(w[0], "CONFIGURE") == 0) {
 		*result = control_configure(conn, w, n);
 		return true;

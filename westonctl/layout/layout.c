@@ -62,9 +62,11 @@
  * 32 x (8192 + 1024) objects, a few tens of MiB of the compositor's memory.
  *
  * Live output configuration (configure.c), on the control socket too:
- *   CONFIGURE <output> [mode=<W>x<H>[@<Hz>]] [transform=<t>] [scale=<n>] [modeset=1]
+ *   CONFIGURE <output> [mode=<W>x<H>[@<Hz>]] [transform=<t>] [scale=<n>]
+ *             [modeset=1 | power=off]
  *     -> OK <output> mode=<W>x<H>@<mHz> transform=<t> scale=<n> x=<x> y=<y> width=<w>
- *        height=<h>          (what weston now reports; width/height in global coordinates)
+ *        height=<h> power=<on|off>   (what weston now reports; width/height in global
+ *                                      coordinates)
  *     -> ERR <code> <field> <text>
  *   OUTPUTS -> OK <n> then n lines, each as CONFIGURE's answer without "OK " and with
  *        ` modes=<W>x<H>@<mHz>,...` appended (the output's mode list, duplicates dropped)
@@ -77,10 +79,10 @@
  * The x11 backend lists only its window's size and takes any size from 128x128 to
  * 8192x8192: there any <W>x<H> is a mode (at <Hz>, else the current refresh).
  * Codes and fields: bad-request request (malformed, unknown or repeated key, modeset other
- * than 1); not-found output; bad-mode mode (malformed, or not offered: the text ends with
+ * than 1, power other than off, modeset and power together); not-found output; bad-mode mode (malformed, or not offered: the text ends with
  * `offered: <W>x<H>@<Hz>,...`, Hz with three decimals); bad-transform transform;
  * bad-scale scale; unsupported mode (the backend cannot switch modes while running, e.g.
- * headless) or unsupported modeset (the backend has no DPMS, e.g. x11, headless): the
+ * headless) or unsupported modeset/power (the backend has no DPMS, e.g. x11, headless): the
  * caller restarts the compositor instead; failed mode (the backend refused the switch;
  * the output was put back as it was, which the text states). Order of application: mode
  * (weston_output_mode_set_native, with the output's scale), scale, transform. After a
@@ -91,6 +93,23 @@
  * changes (a monitor re-plugged on a connector weston drives): a DPMS off and on, which
  * the DRM backend commits with ALLOW_MODESET for that output's CRTC alone; it is answered
  * at once and runs as soon as no page flip of that output is in flight (within 1 s).
+ * It also lights an output that power=off turned off (after a mode switch too).
+ * power=off turns the output off (weston_output_power_off: DPMS off, no repaint, and weston
+ * does not light it again when it wakes from idle): for a monitor unplugged from a
+ * connector weston drives, so the output keeps its place, claims and mode list for the
+ * same monitor's return.
+ *
+ * Re-detection (probe.c), on the control socket too:
+ *   PROBE -> OK <n> then n lines `<connector> status=<s> edid=<digest>`
+ *         -> ERR unsupported probe <text> | ERR failed probe <text>
+ * A forced probe of every connector of the card weston drives, issued on weston's own fd
+ * (weston is the DRM master, the only client whose probe makes the kernel re-detect), so
+ * sysfs and the kernel's connector state are fresh when it answers. <connector> is weston's
+ * name for it (`Virtual-2`, `HDMI-A-1`), <s> connected, disconnected or unknown, <digest>
+ * the first 16 hex characters of the SHA-256 of its EDID blob (`-` without one). weston's
+ * own heads are not touched: an output keeps the mode list it had. `unsupported` when the
+ * backend is not DRM (x11, headless) or weston holds no card fd; `failed` when an ioctl
+ * failed.
  *
  * What a claim's client sees (visibility.c): it is offered the wl_output global(s) of its
  * claim's output and no other wl_output (none while that output is absent), so another
@@ -768,7 +787,8 @@ control_line(struct conn *conn, char *line)
 	if (n == 1 && strcmp(w[0], "LIST") == 0)
 		return control_list(conn);
 	return conn_printf(conn, "ERR bad-request expected CREATE <claim> <output> <path>, "
-			   "REMOVE <claim>, LIST, CONFIGURE <output> [key=value...] or OUTPUTS\n");
+			   "REMOVE <claim>, LIST, CONFIGURE <output> [key=value...], OUTPUTS or "
+			   "PROBE\n");
 }
 
 /* ---------- outputs: backgrounds and lifecycle ---------- */
@@ -940,6 +960,7 @@ layout_destroy(struct wl_listener *listener, void *data)
 		weston_desktop_destroy(layout->desktop);
 	weston_layer_fini(&layout->background_layer);
 	free(layout->claims_dir);
+	free(layout->probed);
 	free(layout);
 }
 

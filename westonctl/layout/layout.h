@@ -131,6 +131,13 @@ struct layout_surface {
 	int32_t sized_w, sized_h;
 };
 
+/* probe.c: one connector as the last PROBE found it */
+struct probed {
+	char name[48];
+	const char *status;	/* a static string: compared by pointer */
+	char digest[17];	/* 16 hex characters of the EDID's SHA-256; "-" without one */
+};
+
 struct layout {
 	struct weston_compositor *compositor;
 	struct weston_desktop *desktop;
@@ -147,6 +154,8 @@ struct layout {
 	struct wl_listener output_destroyed;
 	struct wl_listener output_moved;
 	struct wl_listener output_resized;
+	struct probed *probed;	/* the last PROBE's answer, for its log */
+	uint32_t probed_count;
 };
 
 /* conn.c: the line-protocol connections of the control and capture sockets */
@@ -176,5 +185,8 @@ void visibility_stop(struct layout *layout);
 /* configure.c: live output configuration (CONFIGURE, OUTPUTS) */
 bool configure_line(struct conn *conn, char **words, int n, bool *result);
 void configure_output_gone(struct layout_output *lo);
+
+/* probe.c: the DRM master's re-detection of the card's connectors (PROBE) */
+bool probe_line(struct conn *conn, char **words, int n, bool *result);
 
 #endif

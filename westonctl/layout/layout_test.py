@@ -25,16 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from libdisplay import layout as layout_module
-from libdisplay import weston as weston_ini
-from libdisplay.layout import (
+from libdisplay.compositor import layout as layout_module
+from libdisplay.compositor import weston as weston_ini
+from libdisplay.compositor.layout import (
     Frame,
     LayoutCapture,
     LayoutControl,
     LayoutReplyError,
 )
+from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.processes import running
-from libdisplay.wayland import Liveness, probe
+from libdisplay.sim.edid import EdidParams, build_edid
 from tests.support import weston as weston_support
 from tests.support.hostile import Overflow, OverflowClient, region_flood
 from tests.support.layout import SolidClient, Wish, capture_attempt
@@ -1250,6 +1251,9 @@ def test_configure_changes_one_output_live(
         (b"CONFIGURE X2 mode=100x100 transform=rotate-90\n", b"failed", b"mode"),
         # The x11 backend has no DPMS, so it cannot power-cycle an output.
         (b"CONFIGURE X2 modeset=1\n", b"unsupported", b"modeset"),
+        (b"CONFIGURE X2 power=off\n", b"unsupported", b"power"),
+        (b"CONFIGURE X2 power=on\n", b"bad-request", b"request"),
+        (b"CONFIGURE X2 modeset=1 power=off\n", b"bad-request", b"request"),
     ],
     ids=[
         "mode-malformed",
@@ -1266,6 +1270,9 @@ def test_configure_changes_one_output_live(
         "no-output",
         "switch-fails",
         "no-dpms",
+        "power-off-no-dpms",
+        "power-on",
+        "modeset-and-power-off",
     ],
 )
 def test_bad_configure_names_the_field_and_changes_nothing(
@@ -1351,3 +1358,58 @@ def test_rotating_the_rightmost_output_resizes_its_client(tenants: Tenants) -> N
     finally:
         t.control.configure("X3", transform="normal")
     _configured(t.right, L3)
+
+
+# ---------- PROBE: the DRM master's re-detection ----------
+
+def test_probe_is_unsupported_where_weston_drives_no_card(
+    tenants: Tenants, one_output: Compositor
+) -> None:
+    """x11 and headless have no card to re-detect: a typed refusal the operator reads as
+    "no re-probe here", and every output left as it was (its power state included)."""
+    before = _states(tenants.control)
+    assert all(state.powered for state in before.values())
+    with pytest.raises(layout_module.LayoutUnsupported) as unsupported:
+        tenants.control.probe()
+    assert unsupported.value.field == "probe"
+    assert "only the DRM backend drives a card" in unsupported.value.text
+    assert _states(tenants.control) == before
+    with LayoutControl(one_output.control, timeout=WAIT_S) as control, \
+            pytest.raises(layout_module.LayoutUnsupported):
+        control.probe()
+
+
+SHA256_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "sha256.h"
+int main(void) {
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, stdin);
+    unsigned char out[SHA256_BYTES];
+    sha256(buf, n, out);
+    for (int i = 0; i < SHA256_BYTES; i++) printf("%02x", out[i]);
+    return 0;
+}
+"""
+
+
+def test_the_probes_edid_digest_is_the_operators(tmp_path: Path) -> None:
+    """PROBE's digest is compared with the one the operator takes of sysfs's `edid`
+    (hashlib's SHA-256): the module's own SHA-256 must agree on every length around the
+    block and padding edges, and on EDIDs."""
+    import hashlib
+
+    main = tmp_path / "main.c"
+    main.write_text(SHA256_MAIN)
+    binary = tmp_path / "sha256"
+    subprocess.run(["trixie-run", "cc", "-O2", "-Wall", "-Werror", f"-I{HERE}", "-o",
+                    os.fspath(binary), os.fspath(main), os.fspath(HERE / "sha256.c")],
+                   check=True, timeout=120)
+    inputs = [bytes(range(256))[:n] for n in (0, 1, 55, 56, 63, 64, 65, 119, 120, 128)]
+    inputs += [bytes(i % 251 for i in range(n)) for n in (256, 1000, 4096)]
+    inputs += [build_edid(EdidParams(serial_number=n, name=f"M{n}")) for n in (1, 2)]
+    for data in inputs:
+        got = subprocess.run([os.fspath(binary)], input=data, capture_output=True, check=True,
+                             timeout=30).stdout.decode()
+        assert got == hashlib.sha256(data).hexdigest(), len(data)

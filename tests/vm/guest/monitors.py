@@ -18,11 +18,11 @@ With N heads plugged (head 0 at QEMU's 1920x1080, the others at SIZES in turn, t
 - `claim`: one claim with a mode on the last head: prepare time, time to that head's new
   scanout, weston's pid before and after (the same pid: applied live);
 - `replug`: tenants (claims with a client drawing a colour) on heads 0 and 2, then head 1
-  unplugged and plugged with the operator running: unplug/plug → slice and → weston output and
-  → scanout times, whether weston was restarted, whether each tenant's connection still
-  answers, the host's samples of heads 0 and 2 (`sample_start`/`sample_stop`,
-  tests/vm/sampler.py) and the guest's samples of which process's framebuffer their CRTCs
-  showed.
+  unplugged and plugged with the operator running: unplug → slice and → the output powered
+  off, plug → slice, → the output lit and → scanout times, the operator's uevent and restart
+  counters, whether weston was restarted, whether each tenant's connection still answers,
+  the host's samples of heads 0 and 2 (`sample_start`/`sample_stop`, tests/vm/sampler.py)
+  and the guest's samples of which process's framebuffer their CRTCs showed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,7 +180,7 @@ def start_weston(heads: int) -> None:
 
 def replug_alone() -> None:
     """Head 1 unplugged and plugged with weston alone: nobody re-probes, as in a pod where
-    weston hears no udev (the operator would restart weston here, reprobe.py)."""
+    weston hears no udev (the operator's PROBE is what re-detects, reprobe.py)."""
     sc.step("re-plug, weston alone")
     head, name = REPLUG_HEAD, output(REPLUG_HEAD)
     sysfs_name = f"card0-{name}"
@@ -278,18 +279,43 @@ def start_tenants() -> dict[int, dict[str, Any]]:
     return tenants
 
 
+COUNTERS = ("display_hotplug_events_total", "display_compositor_restarts_total")
+METRICS_URL = "http://127.0.0.1:9200/metrics"
+"""The operator's metrics (deploy/base: --metrics-addr :9200, the host's network)."""
+
+
+def operator_counters() -> dict[str, float]:
+    """The operator's uevent and restart counters: whether the kernel's uevent reached it,
+    and whether it restarted weston (by reason)."""
+    with urllib.request.urlopen(METRICS_URL, timeout=10) as reply:
+        text = reply.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(COUNTERS):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
 def replug_with_operator() -> None:
     sc.step("re-plug beside two tenants")
     head, name = REPLUG_HEAD, output(REPLUG_HEAD)
-    found: dict[str, Any] = {"tenants": start_tenants(), "weston_pid_before": sc.weston_pid()}
+    found: dict[str, Any] = {"tenants": start_tenants(), "weston_pid_before": sc.weston_pid(),
+                             "counters_before": operator_counters()}
     results["replug"] = found
     sc.ask_host(op="sample_start", colours={str(h): list(c) for h, (_, c) in TENANTS.items()})
     t0 = time.monotonic()
     watch = OwnerWatch([output(h) for h in TENANTS], t0)
     try:
         found["unplug_host_t"] = sc.ask_host(op="unplug", head=head)["host_t"]
-        found["unplug_slice_s"] = timed("the slice drops the device",
-                                           lambda: device(head) not in sc.slice_devices(), t0)
+        try:
+            found["unplug_slice_s"] = timed("the slice drops the device",
+                                            lambda: device(head) not in sc.slice_devices(), t0)
+        finally:  # what the operator heard, also when the slice never followed
+            found["counters_unplugged"] = operator_counters()
+            found["sysfs_unplugged"] = sc.sysfs_connectors()[f"card0-{name}"]
+        found["unplug_dark_s"] = timed("weston powers the output off",
+                                       lambda: sc.output_power(name) == "off", t0)
         t1 = time.monotonic()
         found["plug_host_t"] = sc.ask_host(op="plug", head=head, width=SIZES[0][0],
                                            height=SIZES[0][1])["host_t"]
@@ -297,7 +323,7 @@ def replug_with_operator() -> None:
         found["replug_slice_s"] = timed("the slice regains the device",
                                            lambda: device(head) in sc.slice_devices(), t1)
         found["replug_output_s"] = timed(
-            "weston drives the output again", lambda: name in (sc.wayland_outputs() or {}), t1)
+            "weston drives the output again", lambda: sc.output_power(name) == "on", t1)
         found["replug_scanout_s"] = round(time.monotonic() - t1 + scanout_at(
             head, SIZES[0], "replugged-head1"), 3)
         sc.until(lambda: all(fb_owners().get(output(h)) == WESTON_COMM for h in TENANTS),
@@ -308,6 +334,7 @@ def replug_with_operator() -> None:
         stopped = sc.ask_host(op="sample_stop")
         found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
     found["weston_pid_after"] = sc.weston_pid()
+    found["counters_after"] = operator_counters()
     for h in TENANTS:
         found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}")
 

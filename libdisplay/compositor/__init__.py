@@ -1,0 +1,1 @@
+"""The compositor side: weston.ini, weston's pid, the layout module's client, Wayland."""

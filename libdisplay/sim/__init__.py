@@ -1,0 +1,1 @@
+"""Simulated hardware for simnode, benches and tests: a card in sysfs, monitors' EDIDs, DDC/CI."""

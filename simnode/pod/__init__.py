@@ -1,1 +1,0 @@
-"""The pod runner: the rendered DaemonSet's pod run on the simulated node as the kubelet runs it."""
