@@ -8,10 +8,10 @@ streams, status in the trailers) with h2, the sans-IO HTTP/2 library that lightk
 client already loads into the process; the messages are `draplugin.grpcmessages`' bytes.
 
 One thread accepts on each socket, one reads each connection, and each call runs on a thread
-of its own; a connection's settings allow at most `max_streams` calls at once on it (the
-kubelet makes one or two), as grpcio's thread pool bounded them. Only what the kubelet uses
-is served: unary and server-streaming methods, no compression, no deadlines (a call runs to
-its end).
+of its own; at most `workers` handlers run at once across the server, as grpcio's thread pool
+bounded them, the other calls wait their turn. Only what the kubelet uses is served: unary and
+server-streaming methods, no compression. `grpc-timeout` is not read: a call runs to its end,
+and a client that gave up has reset its stream, so the answer is dropped.
 """
 
 from __future__ import annotations
@@ -28,33 +28,53 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, Final
 
-# h2 is installed as lightkube's (httpx2[http2]): importing lightkube makes its requirement this
-# module's for Pants, and costs the operator nothing, which has loaded lightkube already.
 import h2.config  # pants: no-infer-dep
 import h2.connection  # pants: no-infer-dep
 import h2.events  # pants: no-infer-dep
 import h2.exceptions  # pants: no-infer-dep
 import h2.settings  # pants: no-infer-dep
-import lightkube  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 _READ_SIZE: Final = 65536
-_PREFIX: Final = struct.Struct(">?I")
+PREFIX: Final = struct.Struct(">?I")
 """Each gRPC message's prefix: compressed or not, then its length."""
 _MAX_MESSAGE: Final = 4 * 1024 * 1024
 """The largest request accepted (grpcio's default receive limit)."""
+MAX_STREAMS: Final = 100
+"""Streams a client may open at once on a connection: grpc-go's assumption until the
+server's SETTINGS arrive, so a kubelet that starts many calls on a fresh connection is never
+over it (h2 would end the whole connection); past `workers`, calls wait for a handler."""
 
 
 class Status(IntEnum):
-    """The gRPC status codes this server answers with."""
+    """gRPC's status codes."""
 
     OK = 0
+    CANCELLED = 1
     UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
     RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
     UNIMPLEMENTED = 12
     INTERNAL = 13
     UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+    @classmethod
+    def of(cls, code: int) -> Status:
+        """The status of a code; UNKNOWN for one gRPC does not define."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +119,9 @@ class _CallFailedError(Exception):
 class Server:
     """Serves `methods` (by path, `/package.Service/Method`) on unix sockets until `stop`."""
 
-    def __init__(self, methods: dict[str, Method], *, max_streams: int) -> None:
+    def __init__(self, methods: dict[str, Method], *, workers: int) -> None:
         self._methods = methods
-        self._max_streams = max_streams
+        self._workers = threading.BoundedSemaphore(workers)
         self._listeners: list[socket.socket] = []
         self._connections: set[_Connection] = set()
         self._lock = threading.Lock()
@@ -123,10 +143,11 @@ class Server:
             threading.Thread(target=self._accept, args=(listener,), daemon=True,
                              name=f"grpc-accept-{listener.getsockname()}").start()
 
-    def stop(self, grace_s: float) -> None:
-        """Accept nothing new, give the calls running `grace_s` seconds, then cut them."""
+    def stop(self, grace_s: float) -> threading.Event:
+        """Accept nothing new, give the calls running `grace_s` seconds, then cut them.
+        Returns the event set once stopped (already set: the stop is over on return)."""
         if self._stopped.is_set():
-            return
+            return self._stopped
         for listener in self._listeners:
             _shutdown(listener)  # wakes its accept()
             listener.close()
@@ -137,6 +158,7 @@ class Server:
         for connection in connections:
             connection.close(grace_s)
         self._stopped.set()
+        return self._stopped
 
     def wait(self) -> None:
         """Until `stop` has run."""
@@ -148,7 +170,7 @@ class Server:
                 sock, _ = listener.accept()
             except OSError:
                 return  # stop() shut the listener
-            connection = _Connection(sock, self._methods, max_streams=self._max_streams,
+            connection = _Connection(sock, self._methods, workers=self._workers,
                                      on_close=self._forget)
             with self._lock:
                 if self._stopped.is_set():
@@ -167,16 +189,18 @@ class _Connection:
     own. h2's state is guarded by one lock; a sender short of flow-control window waits on
     the condition that a WINDOW_UPDATE notifies."""
 
-    def __init__(self, sock: socket.socket, methods: dict[str, Method], *, max_streams: int,
+    def __init__(self, sock: socket.socket, methods: dict[str, Method], *,
+                 workers: threading.BoundedSemaphore,
                  on_close: Callable[[_Connection], None]) -> None:
         self._sock = sock
         self._methods = methods
+        self._workers = workers
         self._on_close = on_close
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=False, header_encoding="utf-8"))
         # Sent in the connection's first SETTINGS; h2 refuses a client that opens more.
         self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE:
                 h2.connection.H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE,
         })
@@ -264,7 +288,7 @@ class _Connection:
         if request is None:
             return
         request[1].extend(data)
-        if len(request[1]) > _MAX_MESSAGE + _PREFIX.size:
+        if len(request[1]) > _MAX_MESSAGE + PREFIX.size:
             del self._requests[stream_id]
             self._finish(stream_id, Status.RESOURCE_EXHAUSTED,
                          f"request over {_MAX_MESSAGE} bytes", headers_sent=False)
@@ -288,9 +312,10 @@ class _Connection:
             with self._changed:
                 self._send_headers(stream_id)
             headers_sent = True
-            answers = method.handler(request, CallContext(self, stream_id))
-            for message in answers if method.streaming else [answers]:
-                self._send_message(stream_id, _PREFIX.pack(False, len(message)) + message)
+            with self._workers:
+                answers = method.handler(request, CallContext(self, stream_id))
+                for message in answers if method.streaming else [answers]:
+                    self._send_message(stream_id, PREFIX.pack(False, len(message)) + message)
             status, detail = Status.OK, ""
         except _CallFailedError as failed:
             status, detail = failed.status, str(failed)
@@ -359,15 +384,15 @@ class _StreamGoneError(Exception):
 
 def _decode(body: bytes, decode: Callable[[bytes], Any]) -> Any:
     """The one request message in `body`."""
-    if len(body) < _PREFIX.size:
+    if len(body) < PREFIX.size:
         raise _CallFailedError(Status.INTERNAL, "no request message")
-    compressed, length = _PREFIX.unpack_from(body)
+    compressed, length = PREFIX.unpack_from(body)
     if compressed:
         raise _CallFailedError(Status.UNIMPLEMENTED, "compressed messages are not supported")
-    if len(body) != _PREFIX.size + length:
+    if len(body) != PREFIX.size + length:
         raise _CallFailedError(Status.INTERNAL, "the request is not one whole message")
     try:
-        return decode(body[_PREFIX.size:])
+        return decode(body[PREFIX.size:])
     except Exception as err:
         raise _CallFailedError(Status.INTERNAL, f"cannot parse the request: {err}") from err
 

@@ -33,7 +33,7 @@ def sock(tmp_path: Path) -> Path:
 
 
 def serving(sock: Path, methods: dict[str, grpcserver.Method]) -> grpcserver.Server:
-    server = grpcserver.Server(methods, max_streams=4)
+    server = grpcserver.Server(methods, workers=4)
     server.add_unix_socket(sock)
     server.start()
     return server

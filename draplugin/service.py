@@ -29,7 +29,7 @@ from libdisplay.hardware import drm
 log = logging.getLogger(__name__)
 
 WORKERS: Final = 8
-"""The most calls served at once on one connection (each on a thread of its own)."""
+"""The most calls whose handlers run at once (each on a thread of its own)."""
 HEALTH_PERIOD_S: Final = 10.0
 _PROBE_TIMEOUT_S: Final = 1.0
 
@@ -49,7 +49,7 @@ class PluginServer:
         # The watchdog's verdict (answers, detail) when the publisher runs; else a probe here.
         self._health = health
         self._stopping = threading.Event()
-        self._server: grpcserver.Server | None = None
+        self._server = grpcserver.Server(self._methods(), workers=WORKERS)
 
     def start(self) -> None:
         sockets = (self._settings.dra_socket, self._settings.registration_socket)
@@ -57,23 +57,20 @@ class PluginServer:
             path.parent.mkdir(parents=True, exist_ok=True)
             if fsutil.remove(path):
                 log.info("removed stale socket %s", path)
-        server = grpcserver.Server(self._methods(), max_streams=WORKERS)
         # The DRA socket first: the kubelet dials the endpoint as soon as it sees the
         # registration socket.
         for path in sockets:
-            server.add_unix_socket(path)
-        server.start()
-        self._server = server
+            self._server.add_unix_socket(path)
+        self._server.start()
         log.info("serving DRA on %s, registration on %s", *sockets)
 
     def wait(self) -> None:
-        assert self._server is not None, "start() first"
+        """Until `stop`."""
         self._server.wait()
 
     def stop(self, *, grace_s: float = 2.0) -> None:
         self._stopping.set()
-        if self._server is not None:
-            self._server.stop(grace_s)
+        self._server.stop(grace_s)
         for path in (self._settings.registration_socket, self._settings.dra_socket):
             fsutil.remove(path)
         log.info("stopped; removed %s and %s", self._settings.registration_socket,
