@@ -81,7 +81,9 @@ def _exchange(sock: socket.socket, method: str, request: bytes, deadline: float)
                 raise CallError(Status.UNAVAILABLE, f"stream reset ({event.error_code!r})")
             elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
                 return _answer(headers, bytes(body))
-            elif isinstance(event, h2.events.ConnectionTerminated):
+            elif (isinstance(event, h2.events.ConnectionTerminated)
+                  and (event.last_stream_id or 0) < stream_id):
+                # A GOAWAY naming this stream lets it finish: read on.
                 raise CallError(Status.UNAVAILABLE, "the server sent GOAWAY")
         sock.sendall(conn.data_to_send())
 

@@ -30,9 +30,11 @@ from typing import Any, Final
 
 import h2.config  # pants: no-infer-dep
 import h2.connection  # pants: no-infer-dep
+import h2.errors  # pants: no-infer-dep
 import h2.events  # pants: no-infer-dep
 import h2.exceptions  # pants: no-infer-dep
 import h2.settings  # pants: no-infer-dep
+import hyperframe.frame  # pants: no-infer-dep
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +211,7 @@ class _Connection:
         self._open: set[int] = set()
         self._calls: set[threading.Thread] = set()
         self._closed = False
+        self._refusing = False
 
     def serve(self) -> None:
         try:
@@ -238,11 +241,18 @@ class _Connection:
             return stream_id in self._open
 
     def refuse_new_calls(self) -> None:
+        """GOAWAY: the client opens no new stream here, the streams it names run on. Written
+        beside h2, whose close_connection() would refuse every frame after it, the running
+        calls' answers and WINDOW_UPDATEs too."""
         with self._changed:
-            if self._closed:
+            if self._closed or self._refusing:
                 return
-            self._h2.close_connection()  # GOAWAY: the client opens no new stream here
+            self._refusing = True
+            goaway = hyperframe.frame.GoAwayFrame(0)
+            goaway.last_stream_id = self._h2.highest_inbound_stream_id
             self._flush_quietly()
+            with contextlib.suppress(OSError):  # the reader sees the connection end
+                self._sock.sendall(goaway.serialize())
 
     def close(self, grace_s: float) -> None:
         """Give the running calls `grace_s` seconds, then cut the connection."""
@@ -275,6 +285,9 @@ class _Connection:
                 self._changed.notify_all()
 
     def _request(self, stream_id: int, headers: dict[Any, Any]) -> None:
+        if self._refusing:  # opened before the client read the GOAWAY: it may retry elsewhere
+            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
         self._open.add(stream_id)
         method = self._methods.get(headers.get(":path", ""))
         if headers.get(":method") != "POST" or method is None:
@@ -341,7 +354,10 @@ class _Connection:
                     raise _StreamGoneError
                 size = min(len(data), self._h2.local_flow_control_window(stream_id),
                            self._h2.max_outbound_frame_size)
-                self._h2.send_data(stream_id, data[:size])
+                try:
+                    self._h2.send_data(stream_id, data[:size])
+                except h2.exceptions.StreamClosedError as err:  # a reset not yet read
+                    raise _StreamGoneError from err
                 data = data[size:]
                 self._flush()
 

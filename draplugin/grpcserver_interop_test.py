@@ -194,6 +194,27 @@ def test_after_stop_a_call_is_unavailable_at_once(server: PluginServer) -> None:
         assert gone.value.code() is grpc.StatusCode.UNAVAILABLE
 
 
+def test_a_call_running_at_stop_finishes_within_the_grace_and_new_ones_are_refused(
+        server: PluginServer, driver: _Driver) -> None:
+    driver.gate.clear()
+    with grpc.insecure_channel(f"unix:{_dra_socket(server)}") as channel:
+        states: list[grpc.ChannelConnectivity] = []
+        channel.subscribe(states.append)
+        running = _prepare_call(channel).future(_claims(1), timeout=WAIT_S)
+        _wait_until(lambda: driver.running == 1
+                    and states[-1:] == [grpc.ChannelConnectivity.READY])
+        stopping = threading.Thread(target=server.stop, kwargs={"grace_s": WAIT_S})
+        stopping.start()
+        # The client leaves READY when the GOAWAY comes; the call goes on.
+        _wait_until(lambda: states[-1] is not grpc.ChannelConnectivity.READY)
+        driver.gate.set()
+        assert list(running.result(WAIT_S).claims) == ["uid-0000"]
+        stopping.join(WAIT_S)
+        with pytest.raises(grpc.RpcError) as refused:
+            _get_info(channel)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
 # --- h2's client, frame by frame ------------------------------------------------------------
 
 
