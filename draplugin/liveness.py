@@ -14,9 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-import grpc
-
-from libdisplay.proto import wire
+from draplugin import grpcclient, grpcmessages
 
 Check = Callable[[], tuple[bool, str]]
 """(alive, why) of one part."""
@@ -62,16 +60,9 @@ def _get_info(path: Path, timeout_s: float) -> str | None:
     """None when GetInfo on `path` answers within `timeout_s`, else why not."""
     if not path.is_socket():
         return "no socket there"
-    with grpc.insecure_channel(f"unix://{path}") as channel:
-        call = channel.unary_unary(
-            wire.method(wire.REGISTRATION_SERVICE, "GetInfo"),
-            request_serializer=lambda message: message.SerializeToString(),
-            response_deserializer=wire.REGISTRATION.PluginInfo.FromString,
-        )
-        try:
-            call(wire.REGISTRATION.InfoRequest(), timeout=timeout_s)
-        except grpc.RpcError as err:
-            if isinstance(err, grpc.Call):
-                return f"{err.code().name} ({err.details()})"
-            return str(err)
+    method = grpcmessages.method(grpcmessages.REGISTRATION_SERVICE, "GetInfo")
+    try:
+        grpcclient.call(path, method, grpcmessages.EMPTY, timeout_s=timeout_s)
+    except grpcclient.CallError as err:
+        return str(err)
     return None
