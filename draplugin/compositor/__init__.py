@@ -22,7 +22,9 @@ reports it (`set_output_state`).
 
 A restart is a restart order naming weston's pid, SIGTERM, and a bounded wait (the operator's
 `--restart-timeout`) until a new weston answers on the socket; westonctl starts it at once
-and the crash count stays put.
+and the crash count stays put. A restart whose new weston has not answered within that wait
+is not ordered again: the next `apply` waits for it (the module's control socket appears only
+once weston runs, and asked before, a starting weston would look like a stock shell).
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class Compositor:
         self.control_timeout = control_timeout
         self._proc = proc
         self.recorder: Recorder = recorder or _NoRecorder()
+        self._unanswered_restart: int | None = None
+        """The pid of the weston a restart replaced while no new weston has answered yet."""
 
     # --- who and whether -----------------------------------------------------------------
 
@@ -229,6 +233,8 @@ class Compositor:
             log.info("the compositor is not running: it reads weston.ini when it starts (%s)",
                      why)
             return Outcome()
+        if self._unanswered_restart is not None:
+            self._await_restarted(self._unanswered_restart)
         try:
             states = {s.name: s for s in self.outputs()}
         except LayoutError as err:
@@ -350,11 +356,27 @@ class Compositor:
             if (moved is not None and moved()) or self._new_answers(pid):
                 log.info("compositor back %.3f s after the restart of pid %s",
                          time.monotonic() - started, pid)
+                # Done by the caller's sign alone, the new weston may still be starting.
+                self._unanswered_restart = None if self._new_answers(pid) else pid
                 return True
             time.sleep(POLL_S)
+        self._unanswered_restart = pid
         raise CompositorTimeoutError(
             f"the compositor did not answer on {self.socket} within "
             f"{self.restart_timeout:g} s after the restart of pid {pid} ({reason})")
+
+    def _await_restarted(self, old: int) -> None:
+        """Until a weston other than `old` answers; CompositorTimeoutError after
+        `restart_timeout` (the caller tries again later; a hung one is the watchdog's)."""
+        deadline = time.monotonic() + self.restart_timeout
+        while not self._new_answers(old):
+            if time.monotonic() >= deadline:
+                raise CompositorTimeoutError(
+                    f"the compositor restarted from pid {old} does not answer on {self.socket} "
+                    f"yet; it is not restarted again")
+            time.sleep(POLL_S)
+        log.info("the compositor restarted from pid %s answers", old)
+        self._unanswered_restart = None
 
     def _new_answers(self, old: int) -> bool:
         pid = self.pid()

@@ -98,6 +98,29 @@ def test_the_restart_is_the_fallback_and_says_why(
     assert recorded.restarts == [reason]
 
 
+def test_a_restarted_compositor_still_starting_is_waited_for_not_restarted_again(
+        tmp_path: Path) -> None:
+    """A restart's new weston that has not answered within the wait has no control socket
+    yet: the next change waits for it and fails for a later try, and orders no second restart
+    (which would kill it before it ever answered)."""
+    recorded = Recorded()
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    c = compositor(tmp_path, recorded)
+    with stand_in_weston(old_dir) as old:
+        (tmp_path / "weston.pid").write_text(f"{old.pid}\n")
+        with pytest.raises(CompositorTimeoutError):
+            c.restart("new-connector", "a monitor on a connector never driven")
+        assert old.wait(timeout=WAIT_S) == -signal.SIGTERM
+    with stand_in_weston(new_dir) as new:  # started, not answering, no control socket yet
+        (tmp_path / "weston.pid").write_text(f"{new.pid}\n")
+        with pytest.raises(CompositorTimeoutError, match="not restarted again"):
+            c.apply([Wanted("HDMI-A-1", Mode(1280, 720, 60000))], why="claim k")
+        assert new.poll() is None
+    assert recorded.restarts == ["new-connector"]
+
+
 def test_a_failed_change_is_counted_and_restarts_nothing(tmp_path: Path) -> None:
     recorded = Recorded()
     module = FakeModule({"X1": state_line()},

@@ -11,6 +11,7 @@ the samples are on one clock: every ack carries the host's `host_t`.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import threading
 import time
@@ -82,6 +83,14 @@ class ScanoutSampler:
             return {"ok": True, "samples": self.stop(), "errors": self.errors[-20:]}
 
         return {"sample_start": start, "sample_stop": stop}
+
+
+def interval(samples: list[dict[str, Any]], head: int) -> float | None:
+    """The median time between two consecutive samples of `head` (None with fewer than two):
+    the error bar of a dark span's ends."""
+    times = [s["t"] for s in samples if s["head"] == head]
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    return gaps[len(gaps) // 2] if gaps else None
 
 
 def dark_spans(samples: list[dict[str, Any]], head: int) -> list[tuple[float, float | None]]:

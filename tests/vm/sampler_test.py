@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.vm.sampler import LIT_COVERAGE, dark_spans
+import pytest
+
+from tests.vm.sampler import LIT_COVERAGE, dark_spans, interval
 
 
 def _samples(*rows: tuple[float, int, float]) -> list[dict[str, Any]]:
@@ -26,3 +28,10 @@ def test_only_the_asked_heads_samples_count() -> None:
     samples = _samples((0.0, 2, 0.0), (0.1, 0, 1.0), (0.2, 2, 1.0))
     assert dark_spans(samples, 0) == []
     assert dark_spans(samples, 2) == [(0.0, 0.2)]
+
+
+def test_the_interval_is_the_median_gap_between_one_heads_samples() -> None:
+    samples = _samples((0.0, 0, 1.0), (0.1, 2, 1.0), (0.2, 0, 1.0), (0.5, 0, 1.0),
+                       (0.7, 0, 1.0))
+    assert interval(samples, 0) == pytest.approx(0.2)
+    assert interval(samples, 2) is None

@@ -2,11 +2,11 @@
 `bench/vm-monitors` (python3.13, stdlib only, run from the 9p share like guest/scenario.py,
 whose pod, cluster and helpers it uses).
 
-    monitors.py --heads N
+    monitors.py --heads N [--spare-head]
 
 With N heads plugged (head 0 at QEMU's 1920x1080, the others at SIZES in turn, the last at
-1280x800), it runs the pod's containers as the scenario does and records, in
-/share/out/results.json:
+1280x800) and, with --spare-head, head N of the card left unplugged until the last stage, it
+runs the pod's containers as the scenario does and records, in /share/out/results.json:
 
 - `weston`: how long weston took to answer with N outputs, what it runs each at (wayland-info),
   each head's scanout size (QMP screendump) and whose framebuffer each CRTC scans out (the
@@ -22,12 +22,18 @@ With N heads plugged (head 0 at QEMU's 1920x1080, the others at SIZES in turn, t
   off, plug → slice, → the output lit and → scanout times, the operator's uevent and restart
   counters, whether weston was restarted, whether each tenant's connection still answers,
   the host's samples of heads 0 and 2 (`sample_start`/`sample_stop`, tests/vm/sampler.py)
-  and the guest's samples of which process's framebuffer their CRTCs showed.
+  and the guest's samples of which process's framebuffer their CRTCs showed;
+- `restart`: the restart that stays, beside the same tenants: a monitor plugged into the spare
+  head (a connector weston never drove), or without a spare a different monitor (another
+  EDID) on head 1. Plug → a new weston pid, → it answers, → the slice; the tenants' clients'
+  exits (they die with the compositor), → their claims' sockets accept again (the operator
+  restores them), → a new client on each shown; the host's samples of heads 0 and 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -35,6 +41,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,16 +150,22 @@ class OwnerWatch:
 
 # -- steps -------------------------------------------------------------------------------------
 
-def plug_all(heads: int) -> None:
+def plug_all(heads: int, spare: bool) -> None:
     sc.step(f"plug {heads} heads")
     t0 = time.monotonic()
     for head in range(1, heads):
         width, height = size_of(head, heads)
         sc.ask_host(op="plug", head=head, width=width, height=height)
+
+    def plugged() -> bool:
+        found = sc.sysfs_connectors()
+        status = [found.get(f"card0-{output(h)}", {}).get("status") for h in range(heads)]
+        return len(found) == heads + spare and status == ["connected"] * heads
+
     # Nothing is master yet, so the fbdev console's probe refreshes sysfs.
-    sc.until(lambda: len(sc.sysfs_connectors()) == heads and all(
-        c["status"] == "connected" for c in sc.sysfs_connectors().values()),
-        timeout=120, what=f"{heads} connectors connected in sysfs")
+    sc.until(plugged, timeout=120, what=f"{heads} connectors connected in sysfs")
+    if spare:
+        results["spare"] = sc.sysfs_connectors()[f"card0-{output(heads)}"]
     results["plugged_s"] = round(time.monotonic() - t0, 3)
 
 
@@ -339,6 +352,80 @@ def replug_with_operator() -> None:
         found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}")
 
 
+OTHER_MONITOR = (1024, 768)
+"""Without a spare head, head 1 gets a monitor preferring this size: another EDID than the
+SIZES[0] monitor weston drives it for."""
+
+
+def restart_stays(heads: int, spare: bool) -> None:
+    """A monitor weston cannot take live (reprobe.py says why): the operator restarts weston.
+    The tenants of the re-plug stage are still drawing on heads 0 and 2; their clients die with
+    the compositor, so each is started again on its claim's socket once that socket accepts
+    (as a kubelet restarts a tenant's exited container, without its back-off)."""
+    head = heads if spare else REPLUG_HEAD
+    size = SIZES[0] if spare else OTHER_MONITOR
+    sc.step(f"restart: a monitor on head {head}")
+    tenants = results["replug"]["tenants"]
+    old = sc.weston_pid()
+    found: dict[str, Any] = {
+        "head": head, "cause": "never-driven connector" if spare else "different monitor",
+        "weston_pid_before": old, "counters_before": operator_counters(), "tenants": {}}
+    results["restart"] = found
+    sc.ask_host(op="sample_start", colours={str(h): list(c) for h, (_, c) in TENANTS.items()})
+    try:
+        t0 = time.monotonic()
+        found["plug_host_t"] = sc.ask_host(op="plug", head=head, width=size[0],
+                                           height=size[1])["host_t"]
+        found["new_pid_s"] = timed("a new weston pid",
+                                   lambda: (p := sc.weston_pid()) is not None and p != old, t0)
+        found["answer_s"] = timed(f"the new weston answers with {heads + spare} outputs",
+                                  lambda: len(sc.wayland_outputs() or {}) == heads + spare, t0)
+        found["slice_s"] = timed(f"a slice of {heads + spare} devices",
+                                 lambda: len(sc.slice_devices()) == heads + spare
+                                 and device(head) in sc.slice_devices(), t0)
+        for h in TENANTS:
+            found["tenants"][h] = {"client_exit": client_exit(f"tenant{h}", t0)}
+        for h in TENANTS:
+            path = Path(tenants[h]["shown"]["socket"])
+            found["tenants"][h]["socket_s"] = timed(f"claim socket {path} accepts",
+                                                    functools.partial(sc.accepts, path), t0)
+        # Both at once: one tenant's start-up must not count in the other's dark time.
+        with ThreadPoolExecutor(max_workers=len(TENANTS)) as pool:
+            shown = {h: pool.submit(relaunch, h, tenants[h]["claim"]["uid"], colour, t0)
+                     for h, (_, colour) in TENANTS.items()}
+            for h, job in shown.items():
+                found["tenants"][h].update(job.result())
+        for h, (_, colour) in TENANTS.items():
+            found["tenants"][h]["dump"] = sc.dump_showing(h, f"restarted-head{h}", colour)
+        found["scanout_s"] = round(time.monotonic() - t0 + scanout_at(
+            head, size, f"restarted-head{head}"), 3)
+        time.sleep(1.0)  # a second of samples after the tenants are back
+    finally:
+        stopped = sc.ask_host(op="sample_stop")
+        found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
+    found["weston_pid_after"] = sc.weston_pid()
+    found["counters_after"] = operator_counters()
+    for h in TENANTS:
+        found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}-again")
+
+
+def relaunch(head: int, uid: str, colour: tuple[int, int, int], t0: float) -> dict[str, Any]:
+    """A new client of the tenant on `head` on its claim's socket; when it was shown."""
+    answer = sc.show_app(uid, device(head), f"tenant{head}-again", colour)
+    return {"shown": answer, "shown_s": round(time.monotonic() - t0, 3)}
+
+
+def client_exit(name: str, t0: float) -> dict[str, Any]:
+    """When (seconds from `t0`, as first seen) and how client `name` exited; its connection
+    ends with the compositor, and it exits then (claim show)."""
+    child = next(c for n, c in reversed(sc._children) if n == name)
+    try:
+        sc.until(lambda: child.poll() is not None, timeout=60, what=f"{name} exits")
+    except TimeoutError:
+        return {"exited": False}
+    return {"exited": True, "code": child.returncode, "seen_s": round(time.monotonic() - t0, 3)}
+
+
 def roundtrip(name: str) -> dict[str, Any]:
     """The tenant's wl_display.sync on its first connection, or why there is none (a weston
     restart ends the connection, and a client of it exits)."""
@@ -351,13 +438,16 @@ def roundtrip(name: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heads", type=int, required=True)
-    heads = parser.parse_args().heads
+    parser.add_argument("--spare-head", action="store_true",
+                        help="head N is left unplugged until the restart stage")
+    args = parser.parse_args()
+    heads, spare = args.heads, args.spare_head
     results["heads"] = heads
     results["sizes"] = {str(h): list(size_of(h, heads)) for h in range(heads)}
     sc.LOGS.mkdir(parents=True, exist_ok=True)
     sc.run(["busybox", "ip", "link", "set", "lo", "up"])
     try:
-        plug_all(heads)
+        plug_all(heads, spare)
         sc.start_api()
         sc.declare()
         start_weston(heads)
@@ -365,6 +455,7 @@ def main() -> int:
         start_operator(heads)
         claim_last(heads)
         replug_with_operator()
+        restart_stays(heads, spare)
         sc.step("done")
     except Exception as err:  # every finding so far is saved; the host reports the error
         results["errors"].append(f"{type(err).__name__}: {err}")
