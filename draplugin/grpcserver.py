@@ -43,6 +43,8 @@ PREFIX: Final = struct.Struct(">?I")
 """Each gRPC message's prefix: compressed or not, then its length."""
 _MAX_MESSAGE: Final = 4 * 1024 * 1024
 """The largest request accepted (grpcio's default receive limit)."""
+WAIT_SLICE_S: Final = 0.2
+"""How long `Server.wait` blocks at once: a signal's Python handler runs at most this late."""
 MAX_STREAMS: Final = 100
 """Streams a client may open at once on a connection: grpc-go's assumption until the
 server's SETTINGS arrive, so a kubelet that starts many calls on a fresh connection is never
@@ -163,8 +165,11 @@ class Server:
         return self._stopped
 
     def wait(self) -> None:
-        """Until `stop` has run."""
-        self._stopped.wait()
+        """Until `stop` has run. In slices of WAIT_SLICE_S: the kernel hands a process's signal
+        to any of its threads, and a main thread blocked in an untimed lock wait never wakes
+        to run Python's handler for it (SIGHUP's re-read, SIGTERM's stop)."""
+        while not self._stopped.wait(WAIT_SLICE_S):
+            pass
 
     def _accept(self, listener: socket.socket) -> None:
         while not self._stopped.is_set():
