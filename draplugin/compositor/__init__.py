@@ -351,16 +351,10 @@ class Compositor:
         log.info("sent SIGTERM to weston pid %s (%s: %s); waiting for the socket to answer",
                  pid, reason, detail)
         started = time.monotonic()
-        deadline = started + self.restart_timeout
-        while time.monotonic() < deadline:
-            if (moved is not None and moved()) or self._new_answers(pid):
-                log.info("compositor back %.3f s after the restart of pid %s",
-                         time.monotonic() - started, pid)
-                # Done by the caller's sign alone, the new weston may still be starting.
-                self._unanswered_restart = None if self._new_answers(pid) else pid
-                return True
-            time.sleep(POLL_S)
-        self._unanswered_restart = pid
+        if self._wait_for_new(pid, moved):
+            log.info("compositor back %.3f s after the restart of pid %s",
+                     time.monotonic() - started, pid)
+            return True
         raise CompositorTimeoutError(
             f"the compositor did not answer on {self.socket} within "
             f"{self.restart_timeout:g} s after the restart of pid {pid} ({reason})")
@@ -368,15 +362,27 @@ class Compositor:
     def _await_restarted(self, old: int) -> None:
         """Until a weston other than `old` answers; CompositorTimeoutError after
         `restart_timeout` (the caller tries again later; a hung one is the watchdog's)."""
-        deadline = time.monotonic() + self.restart_timeout
-        while not self._new_answers(old):
-            if time.monotonic() >= deadline:
-                raise CompositorTimeoutError(
-                    f"the compositor restarted from pid {old} does not answer on {self.socket} "
-                    f"yet; it is not restarted again")
-            time.sleep(POLL_S)
+        if not self._wait_for_new(old):
+            raise CompositorTimeoutError(
+                f"the compositor restarted from pid {old} does not answer on {self.socket} "
+                f"yet; it is not restarted again")
         log.info("the compositor restarted from pid %s answers", old)
-        self._unanswered_restart = None
+
+    def _wait_for_new(self, old: int, moved: Callable[[], bool] | None = None) -> bool:
+        """Whether a weston other than `old` answers, or `moved()` holds, within
+        `restart_timeout`. Until a new weston has answered, `old` is remembered, so the next
+        `apply` waits for the one starting instead of restarting it (done by the caller's
+        sign alone, the new weston may still be starting)."""
+        deadline = time.monotonic() + self.restart_timeout
+        while True:
+            answered = self._new_answers(old)
+            if answered or (moved is not None and moved()):
+                self._unanswered_restart = None if answered else old
+                return True
+            if time.monotonic() >= deadline:
+                self._unanswered_restart = old
+                return False
+            time.sleep(POLL_S)
 
     def _new_answers(self, old: int) -> bool:
         pid = self.pid()

@@ -28,6 +28,7 @@ from libdisplay.display import API_VERSION, display_name
 from libdisplay.processes import Process, running, unix_socket_accepts
 from libdisplay.sim.sysfs import dev_root, sysfs_root
 from simnode.kubelet.plugin import Claim
+from tests.binaries import pex_env
 from tests.support.operator_node import HDMI, NODE, Node
 
 START_TIMEOUT_S = 60.0
@@ -43,12 +44,8 @@ def binary_argv(name: str) -> list[str]:
 
 
 def binary_env(pex_root: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PEX_ROOT": str(pex_root),
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        **extra,
-    }
+    """`tests.binaries.pex_env`, and this interpreter's path for the source-tree fallback."""
+    return pex_env(pex_root, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **extra)
 
 
 def display_spec(fake: FakeKube, device: str) -> dict[str, Any]:

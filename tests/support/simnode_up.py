@@ -17,6 +17,7 @@ from libdisplay.processes import Process, start
 from simnode.cli.report import READY_LINE, JsonObject, slice_devices
 from simnode.cli.state import Layout
 from simnode.cluster.api import Access, Api
+from tests.binaries import pex_env
 
 START_TIMEOUT_S = 600.0  # up waits for another pod-runner node (its ports) first
 COMMAND_TIMEOUT_S = 120.0
@@ -75,8 +76,7 @@ def command() -> tuple[str, ...]:
 
 
 def sim_env(work: Path) -> dict[str, str]:
-    return {**os.environ, "PEX_ROOT": str(work / "pex-root"),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return pex_env(work / "pex-root", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
 
 def up_argv(layout: Layout, *extra: str) -> list[str]:
