@@ -18,10 +18,7 @@ import logging
 import re
 import threading
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Final
-
-import yaml
 
 from libdisplay.cdi import DRIVER
 from simnode.cluster.api import NODES, RESOURCE_SLICES, Api, ClusterError, JsonObject
@@ -38,9 +35,6 @@ ALLOCATABLE: Final = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 # A DNS-1123 subdomain short enough to be the kubernetes.io/hostname label's value too.
 NODE_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 NODE_NAME_MAX: Final = 63
-# The repo's root in a source checkout, or the PEX's site-packages (it carries deploy/).
-_ROOT: Final = Path(__file__).resolve().parents[1]
-DISPLAY_CRD: Final = _ROOT / "deploy" / "base" / "cluster" / "crd-displays.yaml"
 
 
 class NodeTakenError(ClusterError):
@@ -54,13 +48,6 @@ def check_node_name(name: str) -> str:
             " characters (lower-case letters, digits, '-' and '.')"
         )
     return name
-
-
-def display_crd() -> JsonObject:
-    """The Display CRD as deploy/ ships it."""
-    with DISPLAY_CRD.open() as f:
-        crd: JsonObject = yaml.safe_load(f)
-    return crd
 
 
 def node_object(name: str) -> JsonObject:
