@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from draplugin import grpcclient, grpcmessages
+from draplugin.rpc import grpcclient, grpcmessages
 
 Check = Callable[[], tuple[bool, str]]
 """(alive, why) of one part."""

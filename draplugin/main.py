@@ -100,7 +100,7 @@ def operator(**options: Any) -> None:
     from draplugin.arenas import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts
-    from draplugin.state import FAULT_POINTS
+    from draplugin.driver.state import FAULT_POINTS
 
     fault = options["fault_point"]
     if fault is not None and fault not in FAULT_POINTS:
@@ -163,7 +163,7 @@ def _this_pod() -> tuple[str, str] | None:
 @options.plugin_dir
 def checkpoint_cmd(plugin_dir: Path) -> None:
     """Print the checkpoint of prepared claims (read-only)."""
-    from draplugin import checkpoint
+    from draplugin.driver import checkpoint
 
     try:
         click.echo(checkpoint.render(checkpoint.load(checkpoint.path_in(plugin_dir))), nl=False)

@@ -4,7 +4,7 @@ from pathlib import Path, PurePosixPath
 
 from click.testing import CliRunner
 
-from draplugin import checkpoint
+from draplugin.driver import checkpoint
 from draplugin.main import cli
 from draplugin.testing import ENTRY
 from libdisplay import cdi

@@ -25,8 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from draplugin.checkpoint import CheckpointError
-from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+from draplugin.driver.checkpoint import CheckpointError
+from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+from draplugin.driver.state import Driver
 from draplugin.kube import LightkubeKube
 from draplugin.liveness import grpc_answers
 from draplugin.node.displays import ClaimRef
@@ -34,7 +35,6 @@ from draplugin.node.runtime import NodeThreadError
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.service import PluginServer
 from draplugin.settings import Settings
-from draplugin.state import Driver
 from draplugin.supervisor import EXIT_CODE, Supervisor
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint, NoEndpointError
@@ -147,7 +147,7 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
 
 def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[..., None]]:
     """The driver's hooks that write what each prepared claim got into its ResourceClaim's
-    status (draplugin.claimstatus), and take it out at release."""
+    status (draplugin.driver.claimstatus), and take it out at release."""
     writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
                                pool=settings.node.name)
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from draplugin import modes
-from draplugin.checkpoint import Checkpoint
 from draplugin.compositor import Compositor
+from draplugin.driver import modes
+from draplugin.driver.checkpoint import Checkpoint
 from draplugin.liveness import HealthChecks
 from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics

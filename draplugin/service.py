@@ -1,7 +1,7 @@
 """The gRPC side: plugin registration and the DRA service (v1 and v1beta1) on unix sockets.
 
-One threaded gRPC server listens on both sockets: `draplugin.grpcserver` with the messages of
-`draplugin.grpcmessages`, not grpcio and protobuf, which cost the operator about 13 MiB for a
+One threaded gRPC server listens on both sockets: `draplugin.rpc.grpcserver` with the messages of
+`draplugin.rpc.grpcmessages`, not grpcio and protobuf, which cost the operator about 13 MiB for a
 few calls an hour. Threads, not asyncio: prepare and unprepare are serialized anyway, and their
 work is blocking (the API through lightkube's sync client, fsync'd files, a Wayland probe while
 waiting for the compositor); under asyncio each would be a thread hand-off. A thread per call
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from draplugin import grpcmessages as msg
-from draplugin import grpcserver
+from draplugin.driver.state import ClaimRef, Driver
+from draplugin.rpc import grpcmessages as msg
+from draplugin.rpc import grpcserver
 from draplugin.settings import DRIVER, Settings
-from draplugin.state import ClaimRef, Driver
 from libdisplay import fsutil
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.hardware import drm

@@ -21,7 +21,7 @@ REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
 DRA_SOCKET: Final = "dra.sock"
 
 DeliveryKind = Literal["layout", "shared"]
-"""How a claim gets its socket (`draplugin.delivery`): the layout module's per-claim sockets,
+"""How a claim gets its socket (`draplugin.driver.delivery`): the layout module's per-claim sockets,
 or the compositor's public socket shared by every claim (tests with a stock shell)."""
 
 

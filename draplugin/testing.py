@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from draplugin.checkpoint import ClaimEntry, PreparedDevice
+from draplugin.driver.checkpoint import ClaimEntry, PreparedDevice
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from libdisplay.hardware.modes import Mode

@@ -27,8 +27,8 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
+from draplugin.driver.state import FAULT_POINTS
 from draplugin.service import WORKERS
-from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
 from libdisplay import cdi

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from draplugin.driver.state import FAULT_POINTS
 from draplugin.settings import DRIVER
-from draplugin.state import FAULT_POINTS
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim

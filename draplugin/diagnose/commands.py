@@ -113,8 +113,8 @@ def dry_run() -> None:
 
 
 def _failures() -> tuple[type[Exception], ...]:
-    from draplugin.checkpoint import CheckpointError
     from draplugin.diagnose.plans import DiagnoseInputError, ReadOnlyError
+    from draplugin.driver.checkpoint import CheckpointError
     from libdisplay import cdi
     from libdisplay.hardware import drm
 
@@ -162,10 +162,10 @@ def slice_cmd(node_uid: str, ddc: bool, **options: Any) -> None:
 def cdi_cmd(claim_file: Path, **options: Any) -> None:
     """The CDI spec the operator would write for CLAIM_FILE, a ResourceClaim with its
     allocation (kubectl get resourceclaim NAME -o yaml), checked as prepare checks it (JSON)."""
-    from draplugin.allocation import AllocationError
-    from draplugin.claimconfig import ClaimConfigError
     from draplugin.diagnose import plans
-    from draplugin.state import PrepareError
+    from draplugin.driver.allocation import AllocationError
+    from draplugin.driver.claimconfig import ClaimConfigError
+    from draplugin.driver.state import PrepareError
 
     failures: tuple[type[Exception], ...] = (*_failures(), PrepareError, AllocationError,
                                              ClaimConfigError)

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from draplugin import checkpoint
-from draplugin.checkpoint import ClaimEntry, PreparedDevice
+from draplugin.driver import checkpoint
+from draplugin.driver.checkpoint import ClaimEntry, PreparedDevice
 from draplugin.main import cli
 from libdisplay.hardware.ddc_socket import MonitorServer
 from libdisplay.hardware.modes import Mode

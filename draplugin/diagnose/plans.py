@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from draplugin import checkpoint, delivery, modes
+from draplugin.driver import checkpoint, delivery, modes
 from draplugin.settings import Settings
 from libdisplay import cdi
 from libdisplay.hardware import drm
@@ -151,8 +151,8 @@ def cdi_spec(settings: Settings, kube: FileKube, claim: JsonObject) -> JsonObjec
     """The CDI spec prepare would write for `claim`, after prepare's own checks of it (its
     allocation in this node's pool, connected monitors, configs, modes offered, DDC/CI settings
     against the monitor's bus); the first failure raises as prepare's would."""
+    from draplugin.driver.state import ClaimRef, plan_claim
     from draplugin.node import ddcmap
-    from draplugin.state import ClaimRef, plan_claim
 
     ref = ClaimRef(uid=_metadata(claim, "uid", source="the claim"), namespace=_namespace(claim),
                    name=_metadata(claim, "name", source="the claim"))

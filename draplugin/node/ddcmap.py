@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, TypeVar
 
-from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, Power
+from draplugin.driver.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, Power
 from draplugin.node.displays import DdcState
 from draplugin.node.displays import Power as StatusPower
 from libdisplay.hardware import mccs
@@ -232,7 +232,7 @@ class DdcApplyError(DdcMapError):
 
 
 class ClaimDdc:
-    """The claim driver's `DdcHook` (draplugin.state): checks a claim's DDC/CI settings
+    """The claim driver's `DdcHook` (draplugin.driver.state): checks a claim's DDC/CI settings
     (`plan`, no I/O) and applies them once the claim is checkpointed (`apply`)."""
 
     def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]],

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from draplugin.claimconfig import ClaimConfigError, DisplayConfig
+from draplugin.driver.claimconfig import ClaimConfigError, DisplayConfig
 from draplugin.node import ddcmap
 from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient, LinuxI2c, Transport, TransportError

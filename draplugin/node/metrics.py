@@ -50,7 +50,7 @@ RECONFIGURE_RESULTS: tuple[str, ...] = ("live", "fallback", "failed")
 # The label values: weston.ini's names, which the layout module reports and a Display states.
 TRANSFORMS: tuple[str, ...] = weston.TRANSFORMS
 PREPARE_ERROR_REASONS: tuple[str, ...] = ("claim", "failure", "internal", "refused")
-"""The driver's `PrepareErrorReason`s (draplugin.state), created at zero for the alert."""
+"""The driver's `PrepareErrorReason`s (draplugin.driver.state), created at zero for the alert."""
 _MODE = re.compile(r"\d+x\d+(@\d+(\.\d+)?)?")
 _OUTPUT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 HEALTH_PATH = "/healthz"

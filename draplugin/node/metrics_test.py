@@ -141,7 +141,7 @@ def test_every_restart_reason_and_prepare_error_is_exported_at_zero() -> None:
 
 
 def test_prepare_error_reasons_are_the_drivers() -> None:
-    from draplugin import state
+    from draplugin.driver import state
 
     assert set(metrics.PREPARE_ERROR_REASONS) == set(typing.get_args(state.PrepareErrorReason))
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from draplugin import operator
+from draplugin.driver.state import ClaimRef, Driver
 from draplugin.kube import LightkubeKube
 from draplugin.node.displays import NotCachedError
 from draplugin.node.settings import NodeSettings
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.settings import KubeAccess, Settings
-from draplugin.state import ClaimRef, Driver
 from fakekube.server import FakeKube
 from libdisplay import display
 from libdisplay.sim import sysfs as sysfs_tree

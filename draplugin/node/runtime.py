@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 
-from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
+from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
 from draplugin.node.retry import fatal
 from draplugin.node.settings import NodeSettings

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from draplugin.claimconfig import DisplayConfig
 from draplugin.compositor import Compositor
+from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from draplugin.node.settings import NodeSettings
 from draplugin.testing import WAIT_SECONDS, until

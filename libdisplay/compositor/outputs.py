@@ -1,7 +1,7 @@
 """The effective configuration of each output, and the weston.ini that starts weston at it.
 
 The effective mode of an output (DESIGN.md, "Display"): the mode of the claim that holds it
-(the operator's checkpoint, `draplugin.modes`), else the Display's `spec.mode`, else the
+(the operator's checkpoint, `draplugin.driver.modes`), else the Display's `spec.mode`, else the
 monitor's preferred mode. A stated mode the monitor
 does not offer is not an error here: screens must come up, so it falls back to the preferred
 mode with a warning that names the monitor and the value. Both `declare` (at pod start) and

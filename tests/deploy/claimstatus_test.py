@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from draplugin import claimstatus
-from draplugin.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
+from draplugin.driver import claimstatus
+from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
 from draplugin.node.displays import ClaimRef
 from fakekube import client as fakeclient
 from fakekube import testing

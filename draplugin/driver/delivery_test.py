@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from draplugin import delivery
-from draplugin.delivery import DeliveryError, LayoutDelivery, SharedDelivery
+from draplugin.driver import delivery
+from draplugin.driver.delivery import DeliveryError, LayoutDelivery, SharedDelivery
 from draplugin.testing import settings as make_settings
 from libdisplay import cdi
 from libdisplay.cdi import ClaimedOutput

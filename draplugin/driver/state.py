@@ -9,16 +9,16 @@ matches the checkpoint. The order:
 prepare: a plan without side effects for the whole claim (`plan_claim`: claim, allocation,
 devices now in sysfs, every device's config against its monitor, DDC/CI settings against its
 bus) -> checkpoint `started`, holding the claim's config -> DDC/CI settings -> weston.ini from
-the checkpoint and the Displays, applied to the running compositor (`draplugin.modes`: live
+the checkpoint and the Displays, applied to the running compositor (`draplugin.driver.modes`: live
 through the layout module, a restart only where it cannot) -> the claim's sockets
-(`draplugin.delivery`) -> CDI spec -> checkpoint `prepared`. A claim whose plan fails has
+(`draplugin.driver.delivery`) -> CDI spec -> checkpoint `prepared`. A claim whose plan fails has
 nothing written. The CDI spec comes after every step that can fail for the compositor's sake
 (restart, socket), so a claim that fails there has no spec and stays `started` until the
 kubelet repeats or unprepares it.
 unprepare: checkpoint `unpreparing` (its mode no longer applies) -> CDI spec removed ->
 sockets removed -> weston.ini, applied -> checkpoint entry removed.
 The checkpoint is the one record of what a claim asked for; Display specs are a person's and
-are never written here (`draplugin.modes` says where each fact lives).
+are never written here (`draplugin.driver.modes` says where each fact lives).
 
 At start, after recovering each claim, weston.ini is derived again from the checkpoint and
 the Displays, and applied: a pod that replaced the last one started weston from the Displays
@@ -44,11 +44,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
-from draplugin import checkpoint, delivery, modes
-from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
-from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
-from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
 from draplugin.compositor import Compositor, CompositorError, RestartReason
+from draplugin.driver import checkpoint, delivery, modes
+from draplugin.driver.allocation import AllocatedDevice, AllocationError, allocated_devices
+from draplugin.driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
+from draplugin.driver.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import cdi

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from draplugin import grpcclient, grpcmessages, grpcserver
-from draplugin.grpcserver import Status
+from draplugin.rpc import grpcclient, grpcmessages, grpcserver
+from draplugin.rpc.grpcserver import Status
 
 METHOD = "/test.Service/Echo"
 

@@ -44,8 +44,8 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 from draplugin import conditions
-from draplugin.allocation import DRIVER
 from draplugin.apierrors import from_lightkube
+from draplugin.driver.allocation import DRIVER
 from draplugin.node.displays import ClaimRef
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.modes import Mode

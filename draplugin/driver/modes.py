@@ -3,7 +3,7 @@
 Where each fact lives, once:
 
 - **What a claim asked for** (mode, transform, scale per device) is its entry's `config` in the
-  plugin's checkpoint (`draplugin.checkpoint`), in the kubelet-plugin hostPath. It survives a
+  plugin's checkpoint (`draplugin.driver.checkpoint`), in the kubelet-plugin hostPath. It survives a
   restart of any container and a roll of the pod; the weston-config emptyDir does not, so
   nothing about a claim is kept there.
 - **What a person wants** is the Display's `spec` (mode, transform, scale). The operator never
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
 
-from draplugin.checkpoint import Checkpoint, ClaimEntry
-from draplugin.claimconfig import DisplayConfig, from_stored
 from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mode_text
+from draplugin.driver.checkpoint import Checkpoint, ClaimEntry
+from draplugin.driver.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import display, fsutil

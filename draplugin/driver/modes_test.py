@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from draplugin import modes
-from draplugin.checkpoint import EMPTY, Checkpoint, ClaimEntry, State
 from draplugin.compositor import CompositorTimeoutError, Outcome
+from draplugin.driver import modes
+from draplugin.driver.checkpoint import EMPTY, Checkpoint, ClaimEntry, State
 from draplugin.kube import KubeError
 from draplugin.settings import Settings
 from draplugin.testing import NODE, settings

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from draplugin.claimconfig import DisplayConfig, decode
+from draplugin.driver.claimconfig import DisplayConfig, decode
 
 DRIVER: Final = "display.liken.sh"
 _SOURCE_ORDER: Final = {"FromClass": 0, "FromClaim": 1}

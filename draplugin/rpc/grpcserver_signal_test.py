@@ -9,13 +9,13 @@ import subprocess
 import sys
 import textwrap
 
-from draplugin import grpcserver
+from draplugin.rpc import grpcserver
 
 # The signal is sent by, and so lands on, a thread other than the main one: the main thread
 # blocks it, as the kernel may pick any thread that does not.
 PROGRAM = textwrap.dedent("""
     import os, signal, threading
-    from draplugin import grpcserver
+    from draplugin.rpc import grpcserver
 
     server = grpcserver.Server({}, workers=1)
     server.start()

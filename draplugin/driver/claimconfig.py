@@ -5,7 +5,7 @@ A claim or its DeviceClass carries opaque config for this driver; each one decod
 in order (class configs first, then claim configs; a field a later config states wins). Any
 unknown field, wrong type or value out of range raises `ClaimConfigError` naming where the
 config came from, the field and the value. Whether the monitor offers a mode is checked later,
-against the monitor (`draplugin.state`).
+against the monitor (`draplugin.driver.state`).
 """
 
 from __future__ import annotations

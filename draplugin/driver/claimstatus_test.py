@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from draplugin import claimstatus
-from draplugin.claimstatus import AppliedOutput, DeviceStatus
+from draplugin.driver import claimstatus
+from draplugin.driver.claimstatus import AppliedOutput, DeviceStatus
 from draplugin.node.displays import ClaimRef
 
 

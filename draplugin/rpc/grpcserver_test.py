@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from draplugin import grpcserver
+from draplugin.rpc import grpcserver
 from libdisplay.proto import wire
 
 REG = wire.REGISTRATION

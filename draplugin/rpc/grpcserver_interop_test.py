@@ -25,10 +25,10 @@ import h2.events  # pants: no-infer-dep
 import h2.settings  # pants: no-infer-dep
 import pytest
 
-from draplugin import grpcserver
-from draplugin.checkpoint import PreparedDevice
+from draplugin.driver.checkpoint import PreparedDevice
+from draplugin.driver.state import ClaimRef, Prepared
+from draplugin.rpc import grpcserver
 from draplugin.service import WORKERS, PluginServer
-from draplugin.state import ClaimRef, Prepared
 from draplugin.testing import settings
 from libdisplay.proto import wire
 

@@ -1,7 +1,7 @@
 """One unary gRPC call on a unix socket, over h2: how the operator dials its own server.
 
 /healthz asks the plugin's server on both of its sockets whether it answers. grpcio's client
-would load the very core (and its threads) that `draplugin.grpcserver` exists to keep out of
+would load the very core (and its threads) that `draplugin.rpc.grpcserver` exists to keep out of
 the operator, for one small call every probe; this speaks the same wire with h2 on a blocking
 socket, bounded by one deadline for the whole call.
 """
@@ -19,7 +19,7 @@ import h2.connection  # pants: no-infer-dep
 import h2.events  # pants: no-infer-dep
 import h2.exceptions  # pants: no-infer-dep
 
-from draplugin.grpcserver import PREFIX, Status
+from draplugin.rpc.grpcserver import PREFIX, Status
 
 _READ_SIZE: Final = 65536
 

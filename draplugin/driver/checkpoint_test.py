@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from draplugin import checkpoint
-from draplugin.checkpoint import Checkpoint, CheckpointError
+from draplugin.driver import checkpoint
+from draplugin.driver.checkpoint import Checkpoint, CheckpointError
 from draplugin.testing import ENTRY
 
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from draplugin.allocation import DRIVER, AllocatedDevice, AllocationError, allocated_devices
-from draplugin.claimconfig import ClaimConfigError, DisplayConfig
+from draplugin.driver.allocation import DRIVER, AllocatedDevice, AllocationError, allocated_devices
+from draplugin.driver.claimconfig import ClaimConfigError, DisplayConfig
 from libdisplay.hardware.modes import Mode
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from draplugin.claimconfig import (
+from draplugin.driver.claimconfig import (
     API_VERSION,
     KIND,
     ClaimConfigError,

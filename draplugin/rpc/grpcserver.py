@@ -5,7 +5,7 @@ at import) and six threads of its own, to answer a handful of calls an hour: Get
 NotifyRegistrationStatus once per registration, a prepare and an unprepare per claim, and one
 health stream. This server speaks the same wire (gRPC's length-prefixed messages on HTTP/2
 streams, status in the trailers) with h2, the sans-IO HTTP/2 library that lightkube's HTTP
-client already loads into the process; the messages are `draplugin.grpcmessages`' bytes.
+client already loads into the process; the messages are `draplugin.rpc.grpcmessages`' bytes.
 
 One thread accepts on each socket, one reads each connection, and each call runs on a thread
 of its own; at most `workers` handlers run at once across the server, as grpcio's thread pool

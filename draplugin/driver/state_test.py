@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from draplugin.driver.state import ClaimRef, Driver
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
-from draplugin.state import ClaimRef, Driver
 from libdisplay.hardware import mccs
 from libdisplay.hardware.ddc import DdcClient
 from libdisplay.hardware.modes import Mode

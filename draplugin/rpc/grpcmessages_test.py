@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draplugin import grpcmessages as msg
+from draplugin.rpc import grpcmessages as msg
 from libdisplay.proto import wire
 
 REG = wire.REGISTRATION
