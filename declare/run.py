@@ -10,18 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from libdisplay import display, fsutil
 from libdisplay.compositor.outputs import (
-    CLAIMS_DIR,
-    DEFAULT_CORE,
     LAYOUT_SHELL,
     Choice,
-    LayoutSockets,
-    choose_all,
-    compose_ini,
+    derive_ini,
 )
 from libdisplay.hardware import drm
 from libdisplay.kube import stdlib_client as kubeapi
@@ -106,17 +102,10 @@ def plan(settings: Settings) -> tuple[str, tuple[Choice, ...]]:
             endpoint=settings.endpoint,
             timeout_s=settings.api_timeout_s,
         )
-    choices = choose_all(cards, specs=specs, aliases=settings.aliases)
-    for choice in choices:
-        for warning in choice.warnings:
-            log.warning("%s", warning)
-    ini = compose_ini(
-        choices,
-        core=replace(DEFAULT_CORE, shell=settings.shell),
-        layout=LayoutSockets.beside(settings.config,
-                                    claims_dir=settings.runtime_dir / CLAIMS_DIR),
-    )
-    return ini.render(), choices
+    choices, text = derive_ini(cards, specs=specs, aliases=settings.aliases,
+                               shell=settings.shell, config=settings.config,
+                               runtime_dir=settings.runtime_dir)
+    return text, choices
 
 
 def write(settings: Settings) -> tuple[Choice, ...]:

@@ -46,12 +46,8 @@ from draplugin.kube import Kube, KubeError
 from draplugin.settings import Settings
 from libdisplay import display, fsutil
 from libdisplay.compositor.outputs import (
-    CLAIMS_DIR,
-    DEFAULT_CORE,
     Choice,
-    LayoutSockets,
-    choose_all,
-    compose_ini,
+    derive_ini,
     read_monitor,
 )
 from libdisplay.compositor.weston import WestonIniError, check_output_mode
@@ -152,19 +148,10 @@ def derive(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig],
     read = {d: _read_display(kube, settings.node.name, d) for d in connected}
     merged = {d: _merged_spec(r.spec if r else None, claimed.get(d)) for d, r in read.items()}
     claim_modes = {d: c.mode for d, c in claimed.items() if isinstance(c.mode, Mode)}
-    choices = choose_all(cards, specs=merged, claim_modes=claim_modes,
-                         aliases=settings.node.aliases)
+    choices, text = derive_ini(cards, specs=merged, claim_modes=claim_modes,
+                               aliases=settings.node.aliases, shell=settings.shell,
+                               config=settings.weston_ini, runtime_dir=settings.socket_dir)
     devices = [c.device_name for card in cards for c in card.connectors]
-    for choice in choices:
-        for warning in choice.warnings:
-            log.warning("%s", warning)
-    # The same [core] and layout sockets declare writes, so only the outputs can differ.
-    text = compose_ini(
-        choices,
-        core=replace(DEFAULT_CORE, shell=settings.shell),
-        layout=LayoutSockets.beside(settings.weston_ini,
-                                    claims_dir=settings.socket_dir / CLAIMS_DIR),
-    ).render()
     offered = {c.device_name: read_monitor(c).offered
                 for card in cards for c in card.connectors if c.connected}
     return Derivation(choices=dict(zip(devices, choices, strict=True)), connected=connected,

@@ -5,14 +5,15 @@ The effective mode of an output (DESIGN.md, "Display"): the mode of the claim th
 monitor's preferred mode. A stated mode the monitor
 does not offer is not an error here: screens must come up, so it falls back to the preferred
 mode with a warning that names the monitor and the value. Both `declare` (at pod start) and
-the operator (when a claim states a mode) build weston.ini through `compose_ini`.
+the operator (on a claim, a release, a Display edit or a plug) build weston.ini through one
+`derive_ini`, so the files they write differ only by what each read.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -207,3 +208,28 @@ def compose_ini(
     for choice in choices:
         ini = ini.with_output(choice.output)
     return ini
+
+
+def derive_ini(
+    cards: Iterable[Card],
+    *,
+    specs: Mapping[str, DisplaySpec],
+    claim_modes: Mapping[str, Mode] | None = None,
+    aliases: Mapping[str, str] | None = None,
+    shell: str = LAYOUT_SHELL,
+    config: Path,
+    runtime_dir: Path,
+) -> tuple[tuple[Choice, ...], str]:
+    """Each connector's choice (its warnings logged) and the weston.ini text that starts weston
+    at them, with the layout module's sockets beside `config` and the claims' sockets under
+    `runtime_dir`."""
+    choices = choose_all(cards, specs=specs, claim_modes=claim_modes, aliases=aliases)
+    for choice in choices:
+        for warning in choice.warnings:
+            log.warning("%s", warning)
+    ini = compose_ini(
+        choices,
+        core=replace(DEFAULT_CORE, shell=shell),
+        layout=LayoutSockets.beside(config, claims_dir=runtime_dir / CLAIMS_DIR),
+    )
+    return choices, ini.render()
