@@ -55,7 +55,7 @@ from draplugin.conditions import ConditionStatus
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
-from libdisplay.compositor.outputs import read_monitor
+from draplugin.monitors import read_monitor
 from libdisplay.compositor.wayland import Output
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.drm import Card, Connector

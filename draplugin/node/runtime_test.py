@@ -17,6 +17,7 @@ from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
 from libdisplay.compositor.wayland import Liveness
+from libdisplay.hardware import drm
 from libdisplay.hardware.ddc import DdcClient, Transport
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.ddc import FakeClock, SimulatedMonitor
@@ -68,6 +69,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     pid_file = tmp_path / "weston.pid"
     heard: list[watchdog.Availability] = []
     followed: list[tuple[str, ...]] = []
+    shown: list[tuple[str, ...]] = []  # the connected devices of the inventory each was given
     with FakeKube() as fake, weston.headless(renderer="noop") as w:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
@@ -79,11 +81,13 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         compositor = _compositor(w.socket, pid_file)
         source = hotplug.QueueEvents()
 
-        def follow(plugged: tuple[str, ...]) -> bool:
+        def follow(plugged: tuple[str, ...], cards: tuple[drm.Card, ...]) -> bool:
             """The driver's follow-up of a connector change: "not yet" once, then done (the
             Displays' creation, an edit of theirs, is followed too: with nothing plugged)."""
             if plugged:
                 followed.append(plugged)
+                shown.append(tuple(sorted(c.device_name for card in cards
+                                          for c in card.connectors if c.connected)))
             return len(followed) != 1
 
         async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any], str]:
@@ -138,6 +142,8 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     assert [a.available for a in heard] == [True, False]
     # Only the plug was a connector change; the retry still says a monitor was plugged.
     assert followed == [("card0-dp-1",), ("card0-dp-1",)]
+    # Each follow-up is given the inventory the slice was published from, the plug in it.
+    assert shown == [("card0-dp-1", "card0-hdmi-a-1")] * 2
     text = node.metrics.exposition().decode()
     assert "display_watchdog_kills_total 1.0" in text
     assert "display_connected_outputs 2.0" in text
