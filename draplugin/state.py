@@ -48,7 +48,7 @@ from draplugin import checkpoint, delivery, modes
 from draplugin.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
-from draplugin.compositor import Compositor, CompositorError, RestartReason
+from draplugin.compositor import Compositor, CompositorError, Followed, RestartReason
 from draplugin.kube import Kube, KubeError
 from draplugin.monitors import read_monitor
 from draplugin.settings import Settings
@@ -407,23 +407,28 @@ class Driver:
             log.exception("could not report what claim %s got", entry.uid)
 
     def follow_connectors(self, *, plugged: Sequence[str] = (),
-                          cards: Sequence[drm.Card] | None = None) -> bool:
+                          cards: Sequence[drm.Card] | None = None) -> Followed:
         """Apply every output's settings again (after a connector change or a person's edit
         of a Display's `spec`): a monitor plugged in after start gets its claim's or
         Display's settings, an output no claim holds takes its edited spec at once, and the
         `plugged` devices (a monitor plugged on a connector the compositor drives) get a full
         modeset. `cards` is the inventory the publisher read (the outputs follow what the
-        slice shows, and sysfs is not read a second time); None reads sysfs. False when that
-        failed (logged); the caller retries."""
+        slice shows, and sysfs is not read a second time); None reads sysfs. "changed" when
+        the compositor changed an output (or restarted, or failed to change one), "unchanged"
+        when it was left as it ran, "failed" when the settings could not be applied (logged);
+        the caller retries."""
         with self._lock:
             try:
-                self._apply_modes(why="the card's connectors or a Display's spec changed"
-                                  if not plugged else f"monitor plugged on {', '.join(plugged)}",
-                                  modeset=plugged, cards=cards)
+                applied = self._apply_modes(
+                    why="the card's connectors or a Display's spec changed"
+                    if not plugged else f"monitor plugged on {', '.join(plugged)}",
+                    modeset=plugged, cards=cards)
             except _FAILURES as err:
                 log.error("cannot apply the outputs' settings yet: %s", err)
-                return False
-            return True
+                return "failed"
+            outcome = applied.outcome
+            changed = outcome.changed or outcome.restarted or outcome.failed
+            return "changed" if changed else "unchanged"
 
     # --- unprepare -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from draplugin.claimconfig import DisplayConfig
-from draplugin.compositor import Compositor
+from draplugin.compositor import Compositor, Followed
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from draplugin.node.settings import NodeSettings
 from draplugin.testing import WAIT_SECONDS, until
@@ -81,14 +81,14 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         compositor = _compositor(w.socket, pid_file)
         source = hotplug.QueueEvents()
 
-        def follow(plugged: tuple[str, ...], cards: tuple[drm.Card, ...]) -> bool:
+        def follow(plugged: tuple[str, ...], cards: tuple[drm.Card, ...]) -> Followed:
             """The driver's follow-up of a connector change: "not yet" once, then done (the
             Displays' creation, an edit of theirs, is followed too: with nothing plugged)."""
             if plugged:
                 followed.append(plugged)
                 shown.append(tuple(sorted(c.device_name for card in cards
                                           for c in card.connectors if c.connected)))
-            return len(followed) != 1
+            return "failed" if len(followed) == 1 else "changed"
 
         async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any], str]:
             client = async_client(fake.url)
@@ -218,3 +218,39 @@ def test_stopping_a_thread_whose_runtime_failed_by_itself_is_quiet() -> None:
         time.sleep(0.01)
     thread.stop()  # its loop is closed by now: no RuntimeError
     assert isinstance(thread.error, ValueError) and heard == [thread.error]
+
+
+def test_a_display_pass_follows_only_a_follow_up_that_changed_an_output(tmp_path: Path) -> None:
+    """The follow-up of a connector change asks for a Display pass only when the compositor
+    changed: the change itself brought one, which shows outputs that ran on unchanged."""
+    answers: list[Followed] = ["unchanged", "changed", "unchanged", "unchanged"]
+    due_at_call: list[bool] = []  # whether a pass was due when each follow-up started
+
+    async def main() -> None:
+        client = async_client("http://127.0.0.1:1")
+        config = NodeSettings(name=NODE, sysfs_root=tmp_path / "sys", dev_root=tmp_path / "dev")
+        node = runtime.NodeRuntime(client, config, _compositor(tmp_path / "none",
+                                                               tmp_path / "weston.pid"))
+        calls = asyncio.Queue[None]()
+        loop = asyncio.get_running_loop()
+
+        def follow(_plugged: tuple[str, ...], _cards: tuple[drm.Card, ...]) -> Followed:
+            due_at_call.append(node._displays_due.is_set())
+            node._displays_due.clear()
+            loop.call_soon_threadsafe(calls.put_nowait, None)
+            return answers[len(due_at_call) - 1]
+
+        node.follow_connectors_with(follow)
+        task = asyncio.create_task(node._follow_loop())
+        try:
+            # Each follow-up shows whether the one before it asked for a pass.
+            for _ in answers:
+                node._connectors_due.set()
+                await asyncio.wait_for(calls.get(), WAIT_SECONDS)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+
+    asyncio.run(main())
+    assert due_at_call == [False, False, True, False]
