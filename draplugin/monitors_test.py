@@ -11,7 +11,7 @@ import pytest
 from draplugin import monitors
 from libdisplay.compositor import outputs
 from libdisplay.hardware import drm
-from libdisplay.hardware.edid import Edid
+from libdisplay.hardware.edid import Edid, decode_edid
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
 
@@ -20,12 +20,12 @@ from libdisplay.sim.edid import EdidParams, build_edid
 def decodes_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
     """The EDIDs decoded while the test runs, through a cache emptied before and after."""
     seen: list[bytes] = []
-    inner = outputs.decode_edid
 
     def counting(raw: bytes) -> Edid:
         seen.append(raw)
-        return inner(raw)
+        return decode_edid(raw)
 
+    # read_monitor looks decode_edid up in its own module at each call.
     monkeypatch.setattr(outputs, "decode_edid", counting)
     monitors.read_monitor.cache_clear()
     yield seen
