@@ -84,7 +84,7 @@ class Operator:
         if node is not None:
             node.runtime.add_availability_listener(_restore_when_back(driver))
             node.runtime.follow_connectors_with(
-                lambda plugged: driver.follow_connectors(plugged=plugged))
+                lambda plugged, cards: driver.follow_connectors(plugged=plugged, cards=cards))
         server = PluginServer(settings, driver, health=node.health if node else None)
         supervisor.attach(server.stop)
         return cls(settings, supervisor=supervisor, node=node, driver=driver, server=server)

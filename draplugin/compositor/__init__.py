@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 RestartReason = Literal["unsupported", "new-connector", "start"]
 Result = Literal["live", "fallback", "failed"]
+Followed = Literal["changed", "unchanged", "failed"]
+"""What the driver's following of the connectors did (`Driver.follow_connectors`): some output
+changed (or the compositor restarted, or a change failed), nothing on the compositor changed,
+or the settings could not be applied and are tried again after a backoff."""
 POLL_S: Final = 0.02
 _REFRESH_TOLERANCE_MHZ: Final = 500
 DEFAULT_TRANSFORM: Final = "normal"

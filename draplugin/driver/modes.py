@@ -43,13 +43,10 @@ from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mod
 from draplugin.driver.checkpoint import Checkpoint, ClaimEntry
 from draplugin.driver.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
+from draplugin.monitors import read_monitor
 from draplugin.settings import Settings
 from libdisplay import display, fsutil
-from libdisplay.compositor.outputs import (
-    Choice,
-    derive_ini,
-    read_monitor,
-)
+from libdisplay.compositor.outputs import Choice, derive_ini
 from libdisplay.compositor.weston import WestonIniError, check_output_mode
 from libdisplay.display import DisplaySpec, DisplaySpecError, parse_spec
 from libdisplay.hardware import drm
@@ -271,13 +268,15 @@ def _offers(mode: Mode, offered: tuple[Mode, ...], output: str) -> bool:
 
 def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Compositor, *,
           why: str, modeset: Collection[str] = (), restart_reason: RestartReason | None = None,
-          on_written: Callable[[], None] | None = None) -> Applied:
+          on_written: Callable[[], None] | None = None,
+          cards: Iterable[drm.Card] | None = None) -> Applied:
     """Derive every output's settings, write weston.ini when its text changed, and bring the
     running compositor to them (`Compositor.apply`: live where it can). `modeset` names
     devices whose monitor was re-plugged; `restart_reason` names a fallback restart by why it
     was needed instead of by what the module answered. `on_written` is called between the
-    file and the compositor (a test's crash point)."""
-    derivation = derive(settings, kube, claimed_outputs(checkpoint))
+    file and the compositor (a test's crash point). `cards`: the inventory to derive from,
+    else sysfs is read now."""
+    derivation = derive(settings, kube, claimed_outputs(checkpoint), cards=cards)
     ini = settings.weston_ini
     marker = unapplied_marker(ini)
     changed = _read(ini) != derivation.text

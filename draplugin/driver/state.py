@@ -44,17 +44,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
-from draplugin.compositor import Compositor, CompositorError, RestartReason
+from draplugin.compositor import Compositor, CompositorError, Followed, RestartReason
 from draplugin.driver import checkpoint, delivery, modes
 from draplugin.driver.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.driver.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
 from draplugin.kube import Kube, KubeError
+from draplugin.monitors import read_monitor
 from draplugin.settings import Settings
 from libdisplay import cdi
 from libdisplay.cdi import ClaimedOutput
 from libdisplay.compositor.layout import LayoutError, OutputState
-from libdisplay.compositor.outputs import Monitor, read_monitor
+from libdisplay.compositor.outputs import Monitor
 from libdisplay.compositor.weston import WestonIniError, check_output_mode
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import Mode
@@ -369,12 +370,14 @@ class Driver:
 
     def _apply_modes(self, *, why: str, fault: FaultPoint | None = None,
                      modeset: Sequence[str] = (),
-                     restart_reason: RestartReason | None = None) -> modes.Applied:
+                     restart_reason: RestartReason | None = None,
+                     cards: Sequence[drm.Card] | None = None) -> modes.Applied:
         """weston.ini from the checkpoint as it is now, applied to the running compositor
-        (live where it can; `modeset` names devices whose monitor was re-plugged)."""
+        (live where it can; `modeset` names devices whose monitor was re-plugged). `cards`:
+        the inventory to derive from, else sysfs is read now."""
         applied = modes.apply(
             self._settings, self._kube, self._load(), self.compositor, why=why,
-            modeset=modeset, restart_reason=restart_reason,
+            modeset=modeset, restart_reason=restart_reason, cards=cards,
             on_written=None if fault is None else lambda: self._fault(fault))
         if applied.restarted:
             # The new compositor's module holds no claim's socket.
@@ -403,21 +406,29 @@ class Driver:
         except Exception:  # the kubelet's answer must not depend on the status writer
             log.exception("could not report what claim %s got", entry.uid)
 
-    def follow_connectors(self, *, plugged: Sequence[str] = ()) -> bool:
+    def follow_connectors(self, *, plugged: Sequence[str] = (),
+                          cards: Sequence[drm.Card] | None = None) -> Followed:
         """Apply every output's settings again (after a connector change or a person's edit
         of a Display's `spec`): a monitor plugged in after start gets its claim's or
         Display's settings, an output no claim holds takes its edited spec at once, and the
         `plugged` devices (a monitor plugged on a connector the compositor drives) get a full
-        modeset. False when that failed (logged); the caller retries."""
+        modeset. `cards` is the inventory the publisher read (the outputs follow what the
+        slice shows, and sysfs is not read a second time); None reads sysfs. "changed" when
+        the compositor changed an output (or restarted, or failed to change one), "unchanged"
+        when it was left as it ran, "failed" when the settings could not be applied (logged);
+        the caller retries."""
         with self._lock:
             try:
-                self._apply_modes(why="the card's connectors or a Display's spec changed"
-                                  if not plugged else f"monitor plugged on {', '.join(plugged)}",
-                                  modeset=plugged)
+                applied = self._apply_modes(
+                    why="the card's connectors or a Display's spec changed"
+                    if not plugged else f"monitor plugged on {', '.join(plugged)}",
+                    modeset=plugged, cards=cards)
             except _FAILURES as err:
                 log.error("cannot apply the outputs' settings yet: %s", err)
-                return False
-            return True
+                return "failed"
+            outcome = applied.outcome
+            changed = outcome.changed or outcome.restarted or outcome.failed
+            return "changed" if changed else "unchanged"
 
     # --- unprepare -------------------------------------------------------------------------
 

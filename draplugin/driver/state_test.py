@@ -11,14 +11,19 @@ import json
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pytest
+
+from draplugin.compositor import Outcome
+from draplugin.driver import modes
 from draplugin.driver.state import ClaimRef, Driver
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
-from libdisplay.hardware import mccs
+from libdisplay.compositor.layout import LayoutError
+from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim import sysfs as sysfs_tree
@@ -241,3 +246,33 @@ def test_the_claims_status_hears_each_prepare_and_release(tmp_path: Path) -> Non
     assert driver.prepare([claim])[claim.uid].error == ""  # once: it was prepared already
     assert driver.unprepare([claim]) == {claim.uid: ""}
     assert heard == [("got", claim.uid, {HDMI: None}), ("released", claim.uid, {})]
+
+
+def test_following_the_connectors_says_whether_the_compositor_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher runs a second Display pass only for "changed": an output changed live,
+    the compositor restarted, or a change failed; "unchanged" when it ran on as it was."""
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    driver = Driver(settings, DictKube())
+    cards = drm.enumerate_cards(sysfs_root=settings.node.sysfs_root,
+                                dev_root=settings.node.dev_root)
+    outcomes = iter([Outcome(), Outcome(changed=("X1",)), Outcome(restarted="new-connector"),
+                     Outcome(failed={"X1": LayoutError("refused")})])
+    given: list[object] = []
+
+    def apply(*_args: object, cards: object = None, **_kwargs: object) -> modes.Applied:
+        given.append(cards)
+        return modes.Applied(derivation=cast(Any, None), outcome=next(outcomes))
+
+    monkeypatch.setattr(modes, "apply", apply)
+    assert [driver.follow_connectors(cards=cards) for _ in range(4)] == [
+        "unchanged", "changed", "changed", "changed"]
+    # The outputs are derived from the inventory the publisher gave, not a second read.
+    assert given == [cards] * 4
+
+    def broken(*_args: object, **_kwargs: object) -> modes.Applied:
+        raise modes.ModesError("the Display cannot be read")
+
+    monkeypatch.setattr(modes, "apply", broken)
+    assert driver.follow_connectors(cards=cards) == "failed"

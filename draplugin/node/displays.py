@@ -52,10 +52,10 @@ from lightkube.types import PatchType
 
 from draplugin import conditions
 from draplugin.conditions import ConditionStatus
+from draplugin.monitors import read_monitor
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
 from draplugin.node.slices import clean_string
 from libdisplay import display
-from libdisplay.compositor.outputs import read_monitor
 from libdisplay.compositor.wayland import Output
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.drm import Card, Connector

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 
-from draplugin.compositor import Compositor
+from draplugin.compositor import Compositor, Followed
 from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
 from draplugin.node.retry import fatal
@@ -88,7 +88,7 @@ class NodeRuntime:
         # One Display pass at a time (the loop's and a refresh's): a pass that read the cache
         # before the other's write was observed would send a write refused as stale (409).
         self._reconciling = asyncio.Lock()
-        self._follow: Callable[[tuple[str, ...]], bool] | None = None
+        self._follow: Callable[[tuple[str, ...], tuple[drm.Card, ...]], Followed] | None = None
         self._connectors_due = asyncio.Event()
         self._plugged: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -145,14 +145,17 @@ class NodeRuntime:
         if state is not None:
             self._observed.ddc[device] = ddcmap.applied(state, config)
 
-    def follow_connectors_with(self, follow: Callable[[tuple[str, ...]], bool]) -> None:
+    def follow_connectors_with(
+            self, follow: Callable[[tuple[str, ...], tuple[drm.Card, ...]], Followed]) -> None:
         """After each connector change the slice published, and after a person edits a
-        Display's `spec`, call `follow(plugged)` (blocking, on a worker thread; `plugged`
-        names the devices whose monitor was added or swapped since the last call): the
-        driver derives every output's settings again and applies them, so a monitor plugged
-        in after start comes up at its claim's or Display's settings and a spec edit takes
-        effect at once. False means "not yet" (the API or the compositor failed): it is
-        called again after a backoff."""
+        Display's `spec`, call `follow(plugged, cards)` (blocking, on a worker thread;
+        `plugged` names the devices whose monitor was added or swapped since the last call,
+        `cards` is the inventory last published): the driver derives every output's settings
+        again from `cards` and applies them, so a monitor plugged in after start comes up at
+        its claim's or Display's settings and a spec edit takes effect at once. "changed"
+        brings a Display pass (the status shows what the outputs run at now); "unchanged"
+        none, as the last pass already shows them; "failed" means "not yet" (the API or the
+        compositor failed): it is called again after a backoff."""
         self._follow = follow
 
     def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
@@ -275,10 +278,18 @@ class NodeRuntime:
             await self._connectors_due.wait()
             self._connectors_due.clear()
             plugged, self._plugged = tuple(sorted(self._plugged)), set()
-            if self._follow is None or await asyncio.to_thread(self._follow, plugged):
+            # The inventory the slice shows: read again here it would cost a second sysfs
+            # read per hotplug, and could show the outputs a change the slice does not.
+            cards = self.hotplug.cards if self.hotplug is not None else ()
+            followed: Followed = "unchanged" if self._follow is None else \
+                await asyncio.to_thread(self._follow, plugged, cards)
+            if followed != "failed":
                 attempt = 0
-                # What the outputs run at now shows in the Display status.
-                self._displays_due.set()
+                # What the outputs run at now shows in the Display status. Unchanged, the
+                # pass the change itself brought shows them already: a second pass per
+                # hotplug would list the outputs and compare every Display for nothing.
+                if followed == "changed":
+                    self._displays_due.set()
                 continue
             self._plugged.update(plugged)
             delay = self.config.backoff.delay(attempt)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from draplugin.compositor import Compositor
+from draplugin.compositor import Compositor, Followed
 from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
 from draplugin.node.settings import NodeSettings
@@ -17,6 +17,7 @@ from fakekube.client import async_client
 from fakekube.server import FakeKube
 from libdisplay import display
 from libdisplay.compositor.wayland import Liveness
+from libdisplay.hardware import drm
 from libdisplay.hardware.ddc import DdcClient, Transport
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.ddc import FakeClock, SimulatedMonitor
@@ -68,6 +69,7 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     pid_file = tmp_path / "weston.pid"
     heard: list[watchdog.Availability] = []
     followed: list[tuple[str, ...]] = []
+    shown: list[tuple[str, ...]] = []  # the connected devices of the inventory each was given
     with FakeKube() as fake, weston.headless(renderer="noop") as w:
         fake.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         fake.register_crd(display_crd())
@@ -79,12 +81,14 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
         compositor = _compositor(w.socket, pid_file)
         source = hotplug.QueueEvents()
 
-        def follow(plugged: tuple[str, ...]) -> bool:
+        def follow(plugged: tuple[str, ...], cards: tuple[drm.Card, ...]) -> Followed:
             """The driver's follow-up of a connector change: "not yet" once, then done (the
             Displays' creation, an edit of theirs, is followed too: with nothing plugged)."""
             if plugged:
                 followed.append(plugged)
-            return len(followed) != 1
+                shown.append(tuple(sorted(c.device_name for card in cards
+                                          for c in card.connectors if c.connected)))
+            return "failed" if len(followed) == 1 else "changed"
 
         async def main() -> tuple[runtime.NodeRuntime, dict[str, Any], dict[str, Any], str]:
             client = async_client(fake.url)
@@ -138,6 +142,8 @@ def test_publishes_follows_hotplug_and_taints_a_hung_compositor(tmp_path: Path) 
     assert [a.available for a in heard] == [True, False]
     # Only the plug was a connector change; the retry still says a monitor was plugged.
     assert followed == [("card0-dp-1",), ("card0-dp-1",)]
+    # Each follow-up is given the inventory the slice was published from, the plug in it.
+    assert shown == [("card0-dp-1", "card0-hdmi-a-1")] * 2
     text = node.metrics.exposition().decode()
     assert "display_watchdog_kills_total 1.0" in text
     assert "display_connected_outputs 2.0" in text
@@ -212,3 +218,39 @@ def test_stopping_a_thread_whose_runtime_failed_by_itself_is_quiet() -> None:
         time.sleep(0.01)
     thread.stop()  # its loop is closed by now: no RuntimeError
     assert isinstance(thread.error, ValueError) and heard == [thread.error]
+
+
+def test_a_display_pass_follows_only_a_follow_up_that_changed_an_output(tmp_path: Path) -> None:
+    """The follow-up of a connector change asks for a Display pass only when the compositor
+    changed: the change itself brought one, which shows outputs that ran on unchanged."""
+    answers: list[Followed] = ["unchanged", "changed", "unchanged", "unchanged"]
+    due_at_call: list[bool] = []  # whether a pass was due when each follow-up started
+
+    async def main() -> None:
+        client = async_client("http://127.0.0.1:1")
+        config = NodeSettings(name=NODE, sysfs_root=tmp_path / "sys", dev_root=tmp_path / "dev")
+        node = runtime.NodeRuntime(client, config, _compositor(tmp_path / "none",
+                                                               tmp_path / "weston.pid"))
+        calls = asyncio.Queue[None]()
+        loop = asyncio.get_running_loop()
+
+        def follow(_plugged: tuple[str, ...], _cards: tuple[drm.Card, ...]) -> Followed:
+            due_at_call.append(node._displays_due.is_set())
+            node._displays_due.clear()
+            loop.call_soon_threadsafe(calls.put_nowait, None)
+            return answers[len(due_at_call) - 1]
+
+        node.follow_connectors_with(follow)
+        task = asyncio.create_task(node._follow_loop())
+        try:
+            # Each follow-up shows whether the one before it asked for a pass.
+            for _ in answers:
+                node._connectors_due.set()
+                await asyncio.wait_for(calls.get(), WAIT_SECONDS)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+
+    asyncio.run(main())
+    assert due_at_call == [False, False, True, False]

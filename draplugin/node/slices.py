@@ -30,8 +30,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
+from draplugin.monitors import read_monitor
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, fatal, with_retries
-from libdisplay.compositor.outputs import read_monitor
 from libdisplay.hardware.drm import Card, Connector
 from libdisplay.kube.watch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
 
