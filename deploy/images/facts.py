@@ -1,6 +1,7 @@
 """Facts a cluster owner reads about each image build.sh made: its size, its base (Debian suite
 and the packages build.sh asks for, at the versions installed), how many Debian packages it
-holds, and whether it holds a shell (the four pod images must not: `/bin/sh` cannot run).
+holds, and whether it holds a shell (the four pod images and their variants must not: `/bin/sh`
+cannot run); then what a node pulls for the pod (the four images together), against the goal.
 
     python3 deploy/images/facts.py [--registry R] [--tag T] [--json]
 """
@@ -22,7 +23,14 @@ if __package__ in (None, ""):  # run as a script: the repo's packages by their n
 from deploy.images.podmanrun import IMAGES, SmokeError, podman
 
 POD_IMAGES = ("display-declare", "display-weston", "display-operator", "display-capture")
+# What overlays/gl-renderer and overlays/capture-amd run in place of display-weston and
+# display-capture.
+VARIANT_IMAGES = {"display-weston-gl": "display-weston", "display-capture-amd": "display-capture"}
 CLI_IMAGE = "display-operator-cli"
+# The weight goals (issue 27): the pod's four images together, and the weston and capture
+# images each.
+POD_GOAL_MIB = 600.0
+IMAGE_GOAL_MIB = {"display-weston": 250.0, "display-capture": 250.0}
 _BASE = re.compile(r"^localhost/display-base-(?P<name>[a-z-]+):(?P<suite>[a-z]+)-[0-9a-f]{12}$")
 
 
@@ -90,7 +98,26 @@ def facts(image: str, repository: str, base: str) -> ImageFacts:
 def all_facts(registry: str, tag: str) -> list[ImageFacts]:
     bases = base_plan()
     return [facts(f"{registry}/{repo}:{tag}", repo, bases[repo])
-            for repo in (*POD_IMAGES, CLI_IMAGE)]
+            for repo in (*POD_IMAGES, *VARIANT_IMAGES, CLI_IMAGE)]
+
+
+def repository(found: ImageFacts) -> str:
+    return found.image.rsplit("/", 1)[1].split(":")[0]
+
+
+def pod_weight(found: list[ImageFacts]) -> list[str]:
+    """The pod's pull, the default and with each variant, against the goals."""
+    size = {repository(f): f.size_mib for f in found}
+    pod = sum(size[r] for r in POD_IMAGES)
+    lines = [f"pod (declare + weston + operator + capture): {pod:.1f} MiB"
+             f" (goal <= {POD_GOAL_MIB:g}: {'ok' if pod <= POD_GOAL_MIB else 'OVER'})"]
+    for image, goal in IMAGE_GOAL_MIB.items():
+        lines.append(f"{image}: {size[image]:g} MiB (goal <= {goal:g}: "
+                     f"{'ok' if size[image] <= goal else 'OVER'})")
+    for variant, replaces in VARIANT_IMAGES.items():
+        lines.append(f"pod with {variant} for {replaces}: "
+                     f"{pod - size[replaces] + size[variant]:.1f} MiB")
+    return lines
 
 
 def render(found: list[ImageFacts]) -> str:
@@ -123,7 +150,10 @@ def main(argv: list[str]) -> int:
     except (SmokeError, subprocess.SubprocessError) as err:
         print(f"facts: {err}", file=sys.stderr)
         return 1
-    print(json.dumps([asdict(f) for f in found], indent=1) if args.json else render(found))
+    if args.json:
+        print(json.dumps([asdict(f) for f in found], indent=1))
+    else:
+        print(render(found), *pod_weight(found), sep="\n")
     return 0
 
 

@@ -10,8 +10,9 @@ RDP and PipeWire backends and their codec stack, ffmpeg's pulls every decoder's 
    `--keep` glob also names what is only ever dlopen()ed (Mesa's drivers, Python's extension
    modules), so it counts as loaded;
 3. a package whose shared objects are all outside that set, and any `--purge` package, is
-   purged (`dpkg --purge --force-depends`), unless `--protect`ed or essential or required
-   (the base system dpkg and the image build steps stand on); dpkg's database stays true to
+   purged (`dpkg --purge --force-depends`), unless `--protect`ed, or essential, required or
+   protected or a dependency of one (the base system dpkg and the image build steps stand
+   on); dpkg's database stays true to
    the files, so `dpkg-query` still lists what an image holds;
 4. `ldd` of every kept file again: a library "not found" that was found before fails the
    build, naming file and library.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,11 +70,27 @@ def loads(path: Path) -> tuple[set[str], list[str]]:
 
 
 def base_system() -> set[str]:
-    """Essential and required packages: the system dpkg and the image builds stand on."""
-    done = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Essential} ${Priority}\\n"],
-                          capture_output=True, text=True, check=True)
-    return {fields[0] for fields in map(str.split, done.stdout.splitlines())
-            if "yes" in fields[1:] or "required" in fields[1:]}
+    """Essential, required and protected packages and what they depend on: the system dpkg
+    and the image builds stand on (coreutils' libacl1, dpkg's compressors, libgcc-s1)."""
+    done = subprocess.run(
+        ["dpkg-query", "-W", "-f",
+         "${Package}\t${Essential} ${Priority} ${Protected}\t${Pre-Depends}, ${Depends}\n"],
+        capture_output=True, text=True, check=True)
+    depends, base = {}, set()
+    for line in done.stdout.splitlines():
+        package, marks, relations = line.split("\t")
+        # Every alternative of every relation, without versions or architectures.
+        depends[package] = {re.split(r"[\s(:]", alt.strip(), maxsplit=1)[0]
+                            for alt in re.split(r"[,|]", relations) if alt.strip()}
+        if {"yes", "required"} & set(marks.split()):
+            base.add(package)
+    todo = list(base)
+    while todo:
+        for dependency in depends.get(todo.pop(), ()):
+            if dependency in depends and dependency not in base:
+                base.add(dependency)
+                todo.append(dependency)
+    return base
 
 
 def package_files() -> dict[str, list[str]]:

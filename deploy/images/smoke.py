@@ -2,11 +2,12 @@
 
     python3 deploy/images/smoke.py [--registry R] [--tag T] [--skip-consumer]
 
-- Image facts (facts.py): each image's size, base and packages; the four pod images hold no
-  shell (`/bin/sh` cannot be run), and their binary answers `--version`.
+- Image facts (facts.py): each image's size, base and packages, and the pod's weight; the four
+  pod images and their variants hold no shell (`/bin/sh` cannot be run), and their binary
+  answers `--version`.
 - The capture image starts with no Secret (an empty read-only mount), answers HTTPS /healthz
   from its self-signed leaf, and serves a Secret projected later without a restart
-  (capture_tls.py).
+  (capture_tls.py); its ffmpeg encodes raw frames from stdin as a clip does (capture_clip.py).
 - The -cli image runs every read-only subcommand on mounted inputs, and its edid-decode and
   ddcutil's parser agree with the project's decode (cli_checks.py).
 - A consumer from its own image, under podman with the claim's CDI device, draws on the
@@ -24,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repo's packages by their names
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from deploy.images import capture_tls, cdi_consumer, cli_checks, facts
+from deploy.images import capture_clip, capture_tls, cdi_consumer, cli_checks, facts
 from deploy.images.podmanrun import SmokeError, image_name, podman
 
 CLI_IMAGE = facts.CLI_IMAGE
@@ -43,14 +44,18 @@ def _say(line: str) -> None:
 def run(registry: str, tag: str, *, consumer: bool) -> None:
     found = facts.all_facts(registry, tag)
     _say(facts.render(found))
+    for line in facts.pod_weight(found):
+        _say(line)
     for f in found:
-        repository = f.image.rsplit("/", 1)[1].split(":")[0]
-        if repository in POD_IMAGES:
+        repository = facts.repository(f)
+        if repository in POD_IMAGES or repository in facts.VARIANT_IMAGES:
             if f.has_shell:
                 raise SmokeError(f"{f.image} runs /bin/sh: a pod image must hold no shell")
             _say(f"{repository}: no shell; --version: {check_version(f.image)}")
     capture = image_name(registry, "display-capture", tag)
     for line in capture_tls.check_secret_rotation(capture):
+        _say(f"display-capture: {line}")
+    for line in capture_clip.check_clip(capture):
         _say(f"display-capture: {line}")
     cli = image_name(registry, CLI_IMAGE, tag)
     for line in cli_checks.check_subcommands(cli):

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from capture import encode
+from capture.encode import EncoderChoice
 from deploy.images import capture_tls, cli_checks
-from tests.deploy.manifests import base_packages, build_plan
+from libdisplay.compositor.layout import FrameHeader
+from tests.deploy.manifests import (
+    IMAGES,
+    base_packages,
+    build_plan,
+    container,
+    env,
+    split_image,
+)
 
 
 def _base(repository: str, arg: str = "BASE_IMAGE") -> set[str]:
@@ -50,3 +66,129 @@ def test_a_secret_is_projected_as_the_kubelet_does(tmp_path: Path) -> None:
     assert (tmp_path / "..data").resolve() != first
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("..")) == [
         "tls.crt", "tls.key"]
+
+
+# --- What each image holds, and the variants the overlays take ---------------------------
+
+LIB = "/usr/lib/x86_64-linux-gnu"
+
+
+def _image_base(repository: str) -> str:
+    return build_plan()[f"ghcr.io/liken-sh/{repository}"].build_args["BASE_IMAGE"]
+
+
+@functools.cache
+def _dry_run() -> list[list[str]]:
+    """The base commands of `build.sh --dry-run` (on stderr: a base's stdout is its name)."""
+    done = subprocess.run(["bash", str(IMAGES / "build.sh"), "--dry-run"], capture_output=True,
+                          text=True, timeout=60, check=True)
+    return [shlex.split(line) for line in done.stderr.splitlines()]
+
+
+def prune_args(base_image: str) -> list[str]:
+    """The arguments build.sh's mmdebstrap gives images/prune.py for `base_image` ([] when the
+    base is not pruned)."""
+    plan = _dry_run()
+    for made, imported in itertools.pairwise(plan):
+        if imported[:2] == ["podman", "import"] and imported[-1] == base_image:
+            hooks = [w.split("=", 1)[1] for w in made if w.startswith("--customize-hook=")]
+            calls = [shlex.split(h) for h in hooks if "/tmp/prune.py" in h]
+            return shlex.split(" ".join(calls[0][calls[0].index("/tmp/prune.py") + 1:])) \
+                if calls else []
+    raise AssertionError(f"build.sh --dry-run makes no base {base_image}")
+
+
+def _option(args: list[str], option: str) -> list[str]:
+    """The values after `option` up to the next --option."""
+    if option not in args:
+        return []
+    rest = args[args.index(option) + 1:]
+    return list(itertools.takewhile(lambda w: not w.startswith("--"), rest))
+
+
+def _weston_image(rendering: str) -> str:
+    return split_image(container("weston", rendering)["image"])[0].rsplit("/", 1)[1]
+
+
+def test_the_default_compositor_runs_the_pixman_renderer_its_image_holds() -> None:
+    # drm-backend's default renderer is GL, which the default image does not hold.
+    assert env(container("weston"))["WESTON_RENDERER"]["value"] == "pixman"
+    assert _weston_image("base") == "display-weston"
+    args = prune_args(_image_base("display-weston"))
+    assert f"{LIB}/libweston-14/gl-renderer.so" in _option(args, "--drop")
+    assert not any("gbm" in k or "EGL" in k for k in _option(args, "--keep"))
+
+
+def test_the_gl_renderer_overlay_runs_the_image_that_keeps_mesa() -> None:
+    assert env(container("weston", "gl-renderer"))["WESTON_RENDERER"]["value"] == "gl"
+    assert _weston_image("gl-renderer") == "display-weston-gl"
+    args = prune_args(_image_base("display-weston-gl"))
+    assert not any("gl-renderer" in d for d in _option(args, "--drop"))
+    assert {f"{LIB}/gbm/*.so", f"{LIB}/libEGL_mesa.so.0"} <= set(_option(args, "--keep"))
+
+
+def test_both_compositor_images_build_from_one_dockerfile_and_one_package_list() -> None:
+    plain, gl = (build_plan()[f"ghcr.io/liken-sh/{r}"]
+                 for r in ("display-weston", "display-weston-gl"))
+    assert plain.dockerfile == gl.dockerfile
+    assert plain.build_args["BUILD_IMAGE"] == gl.build_args["BUILD_IMAGE"]
+    assert _base("display-weston") == _base("display-weston-gl")
+
+
+def test_the_default_capture_image_holds_intels_va_drivers_and_amds_variant_adds_mesa() -> None:
+    intel = {"intel-media-va-driver", "i965-va-driver"}
+    assert intel <= _base("display-capture")
+    assert "mesa-va-drivers" not in _base("display-capture")
+    assert _base("display-capture-amd") == _base("display-capture") | {"mesa-va-drivers"}
+    capture = split_image(container("capture", "capture-amd")["image"])[0]
+    assert capture == "ghcr.io/liken-sh/display-capture-amd"
+
+
+def test_no_capture_image_holds_debians_ffmpeg() -> None:
+    # Debian's libavcodec links every codec library Debian builds; the images compile their own.
+    for repository in ("display-capture", "display-capture-amd"):
+        assert not any(p == "ffmpeg" or p.startswith("libav") for p in _base(repository))
+    assert _base("display-capture", "BUILD_IMAGE") >= {"libx264-dev", "libva-dev", "nasm"}
+
+
+def test_the_operator_image_keeps_weston_and_wayland_info_after_pruning() -> None:
+    keep = _option(prune_args(_image_base("display-operator")), "--keep")
+    assert {"/usr/bin/weston", "/usr/bin/wayland-info"} <= set(keep)
+
+
+def _configured(kind: str) -> set[str]:
+    """The components of `kind` (encoder, muxer...) capture/ffmpeg.sh enables."""
+    text = (IMAGES / "capture" / "ffmpeg.sh").read_text()
+    found = re.findall(rf"--enable-{kind}=([\w,]+)", text)
+    return {name for names in found for name in names.split(",")}
+
+
+def _filters(argv: list[str]) -> set[str]:
+    chain = argv[argv.index("-vf") + 1] if "-vf" in argv else ""
+    return {step.split("=", 1)[0] for step in chain.split(",") if step}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        encode.clip_argv(FrameHeader(width=321, height=240, stride=1300, pixel_format="XRGB8888",
+                                     y_flip=True, size=1300 * 240),
+                         EncoderChoice("software", "test"), fps=30),
+        encode.clip_argv(FrameHeader(width=320, height=240, stride=1280, pixel_format="XRGB8888",
+                                     y_flip=True, size=1280 * 240),
+                         EncoderChoice("vaapi", "test", Path("/dev/dri/renderD128")), fps=30),
+        encode.probe_argv(Path("/dev/dri/renderD128")),
+    ],
+    ids=["software-clip", "vaapi-clip", "vaapi-probe"],
+)
+def test_the_images_ffmpeg_has_every_component_capture_asks_for(argv: list[str]) -> None:
+    codec = argv[argv.index("-c:v") + 1]
+    formats = {argv[i + 1] for i, word in enumerate(argv) if word == "-f"}
+    assert codec in _configured("encoder")
+    assert formats - {"lavfi"} <= _configured("muxer") | _configured("demuxer")
+    assert ("lavfi" not in formats) or "lavfi" in _configured("indev")
+    # format conversions insert the scale filter; lavfi's source is a filter too.
+    sources = {s.split("=", 1)[0] for i, w in enumerate(argv) if w == "-i" and "=" in argv[i + 1]
+               for s in [argv[i + 1]]}
+    assert _filters(argv) | sources | {"scale"} <= _configured("filter")
+    assert {"pipe"} <= _configured("protocol")

@@ -30,8 +30,10 @@ RENDERINGS: dict[str, str] = {
     "no-capture": "overlays/no-capture",
     "examples": "examples",
     "monitoring": "overlays/monitoring",
+    "gl-renderer": "overlays/gl-renderer",
+    "capture-amd": "overlays/capture-amd",
 }
-OPERATOR_RENDERINGS = ("base", "release", "no-capture")
+OPERATOR_RENDERINGS = ("base", "release", "no-capture", "gl-renderer", "capture-amd")
 
 Doc = dict[str, Any]
 

@@ -154,8 +154,17 @@ def test_capture_comes_from_its_own_image() -> None:
 
 
 def test_capture_image_carries_ffmpeg_with_va_api_drivers() -> None:
-    base = build_plan()["ghcr.io/liken-sh/display-capture"].build_args["BASE_IMAGE"]
-    assert {"ffmpeg", "intel-media-va-driver", "mesa-va-drivers"} <= base_packages(base)
+    # Its ffmpeg is compiled in the image's build stage (images/capture/ffmpeg.sh) with VA-API's
+    # H.264 encoder; the base holds Intel's drivers, display-capture-amd adds Mesa's.
+    script = (DEPLOY / "images" / "capture" / "ffmpeg.sh").read_text()
+    copied = [rest for key, rest in dockerfile("capture") if key == "COPY"]
+    assert "--enable-vaapi" in script and "h264_vaapi" in script
+    assert "--from=ffmpeg /out/ /" in copied
+    plan = build_plan()
+    drivers = {repo: base_packages(plan[f"ghcr.io/liken-sh/{repo}"].build_args["BASE_IMAGE"])
+               for repo in ("display-capture", "display-capture-amd")}
+    assert {"intel-media-va-driver", "i965-va-driver"} <= drivers["display-capture"]
+    assert "mesa-va-drivers" in drivers["display-capture-amd"]
 
 
 def test_declare_writes_the_config_as_an_init_step_before_the_compositor() -> None:
