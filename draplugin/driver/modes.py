@@ -147,7 +147,8 @@ def derive(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig],
     claim_modes = {d: c.mode for d, c in claimed.items() if isinstance(c.mode, Mode)}
     choices, text = derive_ini(cards, specs=merged, claim_modes=claim_modes,
                                aliases=settings.node.aliases, shell=settings.shell,
-                               config=settings.weston_ini, runtime_dir=settings.socket_dir)
+                               config=settings.weston_ini, runtime_dir=settings.socket_dir,
+                               read=read_monitor)
     devices = [c.device_name for card in cards for c in card.connectors]
     offered = {c.device_name: read_monitor(c).offered
                 for card in cards for c in card.connectors if c.connected}

@@ -12,7 +12,7 @@ the operator (on a claim, a release, a Display edit or a plug) build weston.ini 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -168,13 +168,16 @@ def choose_all(
     specs: Mapping[str, DisplaySpec],
     claim_modes: Mapping[str, Mode] | None = None,
     aliases: Mapping[str, str] | None = None,
+    read: Callable[[Connector], Monitor] | None = None,
 ) -> tuple[Choice, ...]:
     """One choice per connector of every card, connected or not, keyed by DRA device name.
 
     `specs` and `claim_modes` are keyed by device name (`card0-hdmi-a-1`); `aliases` maps a
     connector's output name (`HDMI-A-1`) to the name the compositor's backend gives it (a
-    simulated node maps connectors onto x11 outputs `X1`, `X2`, ...).
+    simulated node maps connectors onto x11 outputs `X1`, `X2`, ...). `read` decodes a
+    connector's monitor (default `read_monitor`; the operator passes its cached one).
     """
+    read = read or read_monitor
     claim_modes = claim_modes or {}
     aliases = aliases or {}
     choices = []
@@ -187,7 +190,7 @@ def choose_all(
             device = connector.device_name
             choices.append(
                 choose(
-                    read_monitor(connector),
+                    read(connector),
                     spec=specs.get(device),
                     claim_mode=claim_modes.get(device),
                     output_name=name,
@@ -219,11 +222,12 @@ def derive_ini(
     shell: str = LAYOUT_SHELL,
     config: Path,
     runtime_dir: Path,
+    read: Callable[[Connector], Monitor] | None = None,
 ) -> tuple[tuple[Choice, ...], str]:
     """Each connector's choice (its warnings logged) and the weston.ini text that starts weston
     at them, with the layout module's sockets beside `config` and the claims' sockets under
-    `runtime_dir`."""
-    choices = choose_all(cards, specs=specs, claim_modes=claim_modes, aliases=aliases)
+    `runtime_dir`; `read` as `choose_all` takes it."""
+    choices = choose_all(cards, specs=specs, claim_modes=claim_modes, aliases=aliases, read=read)
     for choice in choices:
         for warning in choice.warnings:
             log.warning("%s", warning)
