@@ -86,6 +86,11 @@ def shoot_command(output: str, file: str, socket_path: str) -> None:
     click.echo(f"{file}: {header.width}x{header.height} {header.pixel_format}", err=True)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The PEX's entry point: a function, so that the PEX imports this module (runpy, which
+    running it as a script takes, costs every start its own imports)."""
     cli(prog_name="capture")
-    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,21 +3,24 @@ monitor's Display, and writes weston.ini, so the compositor starts at the right 
 
 from __future__ import annotations
 
-import json
-import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from libdisplay.cli import (
+    PathParam,
     binary_group,
     dev_root_option,
+    echo_json,
     node_options,
     output_aliases,
     sysfs_root_option,
     weston_config_option,
 )
 from libdisplay.kube.cli_options import api_options
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 cli = binary_group("declare", "Write weston's config for the monitors on the claimed card.")
 
@@ -65,6 +68,8 @@ def declare_cmd(
         endpoint = kubecli.endpoint({"api_server": api_server, "api_token_file": api_token_file,
                                      "api_ca_file": api_ca_file, "kubeconfig": kubeconfig})
     except kubeaccess.NoEndpointError as err:
+        import logging
+
         logging.getLogger("declare").warning("%s: every monitor starts at its preferred mode", err)
         endpoint = None
     settings = Settings(
@@ -119,7 +124,7 @@ def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
                 }
             )
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo_json(rows, indent=2)
         return
     for row in rows:
         click.echo(
@@ -129,7 +134,7 @@ def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=PathParam(dir_okay=False))
 def edid(files: tuple[Path, ...]) -> None:
     """Decode EDID files: identity, name, preferred mode and every mode offered."""
     from libdisplay.hardware.edid import EdidError, read_edid, summary
@@ -145,5 +150,11 @@ def edid(files: tuple[Path, ...]) -> None:
         raise SystemExit(1)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The PEX's entry point: a function, so that the PEX imports this module (runpy, which
+    running it as a script takes, costs every start its own imports)."""
     cli(prog_name="declare")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,12 +3,10 @@ node publisher of monitors."""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,8 +15,10 @@ from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
 from libdisplay.cli import binary_group, node_options, output_aliases
 from libdisplay.kube.cli_options import api_options
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 F = TypeVar("F", bound=Callable[..., Any])
-log = logging.getLogger("draplugin")
 
 
 def _seconds_option(flag: str, envvar: str, default: float, help_text: str, *,
@@ -107,6 +107,8 @@ def operator(**options: Any) -> None:
         raise click.BadParameter(
             f"{fault!r} is not one of {', '.join(FAULT_POINTS)}", param_hint="--fault-point"
         )
+    import logging
+
     from draplugin.node.retry import Backoff
     from draplugin.node.settings import NodeSettings
     from draplugin.settings import KubeAccess, Settings
@@ -186,5 +188,11 @@ for _command in DIAGNOSIS_COMMANDS:
     cli.add_command(_command)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The PEX's entry point: a function, so that the PEX imports this module (runpy, which
+    running it as a script takes, costs every start its own imports)."""
     cli(prog_name="draplugin")
+
+
+if __name__ == "__main__":
+    main()

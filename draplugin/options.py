@@ -1,21 +1,23 @@
 """The operator's flags that its diagnosis subcommands share: one definition each, so the
 flag, its environment variable and its default (the contract with the manifest) cannot drift
-between `operator` and `dry-run`. Imports click alone: every `--help` goes through here."""
+between `operator` and `dry-run`. Imports click and libdisplay.cli alone: every `--help` goes
+through here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from libdisplay.cli import PathParam
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def path_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
     return click.option(flag, envvar=envvar, default=default, show_default=True,
-                        type=click.Path(path_type=Path), help=f"{help_text} (env {envvar}).")
+                        type=PathParam(), help=f"{help_text} (env {envvar}).")
 
 
 plugin_dir = path_option("--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",

@@ -5,16 +5,17 @@ Kept free of heavy imports: `--help` of every binary goes through here.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from libdisplay import __version__
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 VERSION = __version__
 
@@ -25,6 +26,8 @@ _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 def setup_logging(verbosity: int = 0, *, stream: object = None) -> None:
     """Log to stderr; `-v` is debug. LOG_LEVEL (a level name) wins when set."""
+    import logging
+
     level_name = os.environ.get("LOG_LEVEL", "").upper()
     level = getattr(logging, level_name, None) if level_name else None
     if not isinstance(level, int):
@@ -36,6 +39,24 @@ def setup_logging(verbosity: int = 0, *, stream: object = None) -> None:
         stream=stream or sys.stderr,  # type: ignore[arg-type]
         force=True,
     )
+
+
+class PathParam(click.Path):
+    """click.Path whose values are pathlib.Paths. pathlib (with urllib.parse and ipaddress)
+    is imported when a value is converted, so a `--help` does without it."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path:
+        from pathlib import Path
+
+        return Path(os.fsdecode(super().convert(value, param, ctx)))
+
+
+def echo_json(obj: object, *, indent: int | None = None, sort_keys: bool = False) -> None:
+    """Print `obj` as JSON; json is imported here, not by every `--help`."""
+    import json
+
+    click.echo(json.dumps(obj, indent=indent, sort_keys=sort_keys))
 
 
 def binary_group(name: str, help_text: str) -> click.Group:
@@ -82,7 +103,7 @@ def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
 
 def _directory_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
     return click.option(flag, envvar=envvar, default=default, show_default=True,
-                        type=click.Path(file_okay=False, path_type=Path), help=help_text)
+                        type=PathParam(file_okay=False), help=help_text)
 
 
 sysfs_root_option = _directory_option(
@@ -123,6 +144,6 @@ def weston_config_option(help_text: str) -> Callable[[F], F]:
         envvar="WESTON_CONFIG",
         default="/etc/weston/weston.ini",
         show_default=True,
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathParam(dir_okay=False),
         help=help_text,
     )

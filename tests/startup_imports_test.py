@@ -1,5 +1,10 @@
 """`--help` and the read-only diagnosis commands of every built PEX import only what they use.
 
+The last test starts each PEX as the images do (its venv, `pex --help`) and reads what the whole
+start imported: the entry point is a function, so PEX imports the module rather than running it
+through runpy, and no `--help` loads logging, json or pathlib (paths are converted when a
+command runs: libdisplay.cli.PathParam).
+
 Each case runs inside the PEX's own interpreter (`PEX_INTERPRETER=1`, so the locked versions of
 click and the rest) and lists the modules the command loaded beyond what click and pathlib load
 themselves: click 8.2+ imports uuid (and so platform) and datetime, and Python 3.11.4+'s pathlib
@@ -36,6 +41,9 @@ HEAVY = (
     "ssl", "asyncio", "asyncio.", "concurrent.futures", "http.client", "urllib.request",
     "email", "email.", "ipaddress", "uuid", "multiprocessing", "multiprocessing.",
 )
+
+# What a `--help` started as the images start it never needs (click does not import them).
+HELP_AVOIDS = ("runpy", "importlib.util", "logging", "json", "pathlib")
 
 # Runs in the PEX's interpreter: the command with standalone_mode=False (so a failing
 # diagnosis, e.g. no compositor to ping, still reports), then the modules it added.
@@ -113,3 +121,29 @@ def test_command_imports_nothing_heavy(binary: str, command: str, pex_root: Path
     assert f"{binary}.main" in modules, f"the probe did not load {binary}.main: {modules}"
     assert heavy(modules) == [], f"`{binary} {command}` imported {heavy(modules)}"
 
+
+
+def imported_by_a_start(binary: str, pex_root: Path, tmp_path: Path) -> list[str]:
+    """Every module `pex --help` imports, started from the venv the image installs."""
+    venv = tmp_path / "venv"
+    subprocess.run([str(pex_path(binary)), "venv", "--compile", str(venv)], check=True,
+                   capture_output=True, timeout=300, env=pex_env(pex_root, PEX_TOOLS="1"))
+    python = next((venv / "bin").glob("python3.*"))
+    done = subprocess.run([str(python), "-sE", "-X", "importtime", str(venv / "pex"), "--help"],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+                          env=pex_env(pex_root))
+    assert done.returncode == 0, done.stderr
+    # `import time: self [us] | cumulative | <indent>module`
+    return [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+            if line.startswith("import time:") and not line.endswith("imported package")]
+
+
+@pytest.mark.parametrize("binary", list(BINARIES))
+def test_a_start_imports_no_runpy_logging_json_or_pathlib(binary: str, pex_root: Path,
+                                                   tmp_path: Path) -> None:
+    modules = imported_by_a_start(binary, pex_root, tmp_path)
+    # importtime reports `import` statements, not importlib.import_module (how PEX loads the
+    # entry point's module), so the binary's own imports show that its code ran.
+    assert "libdisplay.cli" in modules, modules
+    avoidable = [m for m in modules if m in HELP_AVOIDS]
+    assert avoidable == [], f"`{binary} --help` started from its venv imported {avoidable}"

@@ -3,19 +3,27 @@ order, and exits on any exit no order names; `ping` and `outputs` diagnose its s
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from libdisplay.cli import binary_group, runtime_dir_option, weston_config_option
+from libdisplay.cli import (
+    PathParam,
+    binary_group,
+    echo_json,
+    runtime_dir_option,
+    weston_config_option,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _DEFAULT_SOCKET = "wayland-0"
 
 
 def _socket_path(runtime_dir: Path, socket: str) -> Path:
-    return Path(socket) if socket.startswith("/") else runtime_dir / socket
+    return runtime_dir / socket  # an absolute socket replaces the directory
 
 
 _socket_option = click.option(
@@ -67,7 +75,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     envvar="WESTON_RESTARTS_DIR",
     default="/etc/weston/restarts",
     show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathParam(file_okay=False),
     help="Where the operator writes restart orders naming weston's pid.",
 )
 @click.option(
@@ -75,7 +83,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     envvar="WESTON_PID_FILE",
     default="/etc/weston/weston.pid",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathParam(dir_okay=False),
     help="Where weston's current pid is written.",
 )
 # The debug scopes weston writes to the log beside "log" (drm-backend says why each view goes
@@ -146,15 +154,13 @@ def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
 
     result = probe(_socket_path(runtime_dir, socket), timeout=timeout)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "path": str(result.path),
-                    "state": str(result.state),
-                    "round_trip_s": result.round_trip_s,
-                    "detail": result.detail,
-                }
-            )
+        echo_json(
+            {
+                "path": str(result.path),
+                "state": str(result.state),
+                "round_trip_s": result.round_trip_s,
+                "detail": result.detail,
+            }
         )
     else:
         rtt = f" in {result.round_trip_s * 1000:.2f} ms" if result.round_trip_s is not None else ""
@@ -176,23 +182,21 @@ def outputs(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> No
     except WaylandError as err:
         raise click.ClickException(str(err)) from err
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "name": o.name,
-                        "make": o.make,
-                        "model": o.model,
-                        "mode": str(o.mode),
-                        "transform": o.transform.name.lower(),
-                        "scale": o.scale,
-                        "position": list(o.position),
-                        "physical_size_mm": list(o.physical_size_mm),
-                    }
-                    for o in found
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {
+                    "name": o.name,
+                    "make": o.make,
+                    "model": o.model,
+                    "mode": str(o.mode),
+                    "transform": o.transform.name.lower(),
+                    "scale": o.scale,
+                    "position": list(o.position),
+                    "physical_size_mm": list(o.physical_size_mm),
+                }
+                for o in found
+            ],
+            indent=2,
         )
         return
     for o in found:
@@ -202,5 +206,11 @@ def outputs(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> No
         )
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The PEX's entry point: a function, so that the PEX imports this module (runpy, which
+    running it as a script takes, costs every start its own imports)."""
     cli(prog_name="westonctl")
+
+
+if __name__ == "__main__":
+    main()

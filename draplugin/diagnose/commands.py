@@ -7,19 +7,25 @@ pod environment gives the same answer.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from draplugin import options
-from libdisplay.cli import compose, dev_root_option, node_options, output_aliases
+from libdisplay.cli import (
+    PathParam,
+    compose,
+    dev_root_option,
+    echo_json,
+    node_options,
+    output_aliases,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 F = TypeVar("F", bound=Callable[..., Any])
-log = logging.getLogger("draplugin.diagnose")
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 
@@ -32,7 +38,7 @@ _operator_options = compose(
     options.socket,
     options.delivery,
     click.option("--displays", "display_files", multiple=True,
-                 type=click.Path(dir_okay=False, path_type=Path),
+                 type=PathParam(dir_okay=False),
                  help="A file of Display objects (kubectl get displays -o yaml), standing for "
                  "the API; without it no Display exists."),
 )
@@ -46,6 +52,8 @@ def _node_option(*, required: bool) -> Callable[[F], F]:
 
 def _settings(options: dict[str, Any]) -> Any:
     """The operator's Settings for these flags; what a dry run never touches keeps its default."""
+    from pathlib import Path
+
     from draplugin.node.settings import NodeSettings
     from draplugin.settings import KubeAccess, Settings
 
@@ -79,7 +87,7 @@ def _kube(options: dict[str, Any], claims: list[dict[str, Any]] | None = None) -
 
 
 def _print_json(obj: object) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True))
+    echo_json(obj, indent=2, sort_keys=True)
 
 
 @click.command("ddc")
@@ -156,7 +164,7 @@ def slice_cmd(node_uid: str, ddc: bool, **options: Any) -> None:
 
 
 @dry_run.command("cdi")
-@click.argument("claim_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("claim_file", type=PathParam(dir_okay=False))
 @_node_option(required=True)
 @_operator_options
 def cdi_cmd(claim_file: Path, **options: Any) -> None:

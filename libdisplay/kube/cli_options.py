@@ -7,12 +7,11 @@ With none of them, in a pod, the endpoint is the pod's own service account
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from libdisplay.cli import compose
+from libdisplay.cli import PathParam, compose
 
 if TYPE_CHECKING:
     from libdisplay.kube import access as kubeaccess
@@ -35,7 +34,7 @@ _OPTIONS = compose(
         help="API server URL (http or https); default: --kubeconfig, else the pod's "
         "in-cluster service account (env KUBE_API_SERVER).",
     ),
-    *(click.option(flag, envvar=envvar, type=click.Path(dir_okay=False, path_type=Path),
+    *(click.option(flag, envvar=envvar, type=PathParam(dir_okay=False),
                    help=f"{text} (env {envvar}).") for flag, envvar, text in _FILES),
 )
 
