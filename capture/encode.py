@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 from collections.abc import Sequence
@@ -35,6 +36,9 @@ FFMPEG: Final = "ffmpeg"
 # The bound of every frame the server asks the layout module for.
 MAX_SIDE: Final = (1920, 1080)
 PROBE_TIMEOUT_S: Final = 15.0
+# The largest pipe to ffmpeg's stdin asked for (pipe-max-size's default, 1 MiB, is the most an
+# unprivileged process may ask).
+FEED_PIPE_BYTES: Final = 1 << 20
 _STDERR_KEEP: Final = 4096
 _FFMPEG_PIX_FMT: Final[dict[PixelFormat, str]] = {
     "XRGB8888": "bgr0",
@@ -175,10 +179,25 @@ async def start(argv: Sequence[str]) -> asyncio.subprocess.Process:
     )
 
 
+def frame_pipe() -> tuple[int, int]:
+    """A pipe for raw frames (read end, write end), as large as an unprivileged process may make
+    one (FEED_PIPE_BYTES at most): a 1080p frame is 8 MB, which the default 64 KiB pipe passes
+    in some 128 writes, each waking ffmpeg. Where the limits refuse it, the default pipe."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    except (OSError, ValueError):
+        limit = FEED_PIPE_BYTES
+    # EPERM: the user's pipes already hold pipe-user-pages-soft pages.
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, min(limit, FEED_PIPE_BYTES))
+    return read_fd, write_fd
+
+
 async def start_fed(argv: Sequence[str]) -> tuple[asyncio.subprocess.Process, int]:
     """ffmpeg reading stdin from a pipe whose write end (returned) a thread writes with plain
     blocking writes: no copy of each frame into an asyncio transport buffer."""
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    read_fd, write_fd = frame_pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,15 @@ def test_find_render_node_prefers_the_configured_one(tmp_path: Path) -> None:
 )
 def test_last_line_is_header_safe(stderr: bytes, line: str) -> None:
     assert encode.last_line(stderr) == line
+
+
+def test_frames_go_through_a_pipe_of_the_largest_size_allowed() -> None:
+    read_fd, write_fd = encode.frame_pipe()
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        want = min(limit, encode.FEED_PIPE_BYTES)
+        assert fcntl.fcntl(write_fd, fcntl.F_GETPIPE_SZ) == want
+        assert fcntl.fcntl(read_fd, fcntl.F_GETPIPE_SZ) == want
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

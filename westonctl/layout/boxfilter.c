@@ -208,16 +208,46 @@ box_downscale_columns(uint8_t *out, const struct box_view *view, int32_t factor)
 void
 box_downscale(uint8_t *out, const struct box_view *view, int32_t factor)
 {
+	if (view->dx != 4 && view->dx != -4) {
+		box_downscale_columns(out, view, factor);
+		return;
+	}
+	box_downscale_rows(out, view, factor, 0, (view->height + factor - 1) / factor);
+}
+
+void
+box_downscale_rows(uint8_t *out, const struct box_view *view, int32_t factor, int32_t first,
+		   int32_t end)
+{
 	const size_t out_stride = (size_t)((view->width + factor - 1) / factor) * 4;
 	const int32_t out_height = (view->height + factor - 1) / factor;
 	const int32_t last_height = view->height - (out_height - 1) * factor;
 	int32_t j;
 
-	if (view->dx != 4 && view->dx != -4) {
-		box_downscale_columns(out, view, factor);
-		return;
-	}
-	for (j = 0; j < out_height; j++)
+	if (first < 0)
+		first = 0;
+	if (end > out_height)
+		end = out_height;
+	for (j = first; j < end; j++)
 		box_row(out + (size_t)j * out_stride, view->origin + (ptrdiff_t)j * factor * view->dy,
 			view, factor, j == out_height - 1 ? last_height : factor);
+}
+
+struct box_rows
+box_rows_of(const struct box_view *view, int32_t factor, int32_t y1, int32_t y2)
+{
+	const int32_t out_height = (view->height + factor - 1) / factor;
+
+	if (y1 >= y2)
+		return (struct box_rows){ 0, 0 };
+	if (view->dx != 4 && view->dx != -4)
+		return (struct box_rows){ 0, out_height };
+	if (view->dy < 0) {
+		/* Upright row y is framebuffer row height - 1 - y. */
+		const int32_t top = view->height - y2;
+
+		y2 = view->height - y1;
+		y1 = top;
+	}
+	return (struct box_rows){ y1 / factor, (y2 + factor - 1) / factor };
 }

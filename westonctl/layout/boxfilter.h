@@ -36,4 +36,21 @@ int32_t box_factor(int32_t width, int32_t height, int32_t max_width, int32_t max
  * factor is 1..FACTOR_MAX. */
 void box_downscale(uint8_t *out, const struct box_view *view, int32_t factor);
 
+/* Rows [first, end) of the frame box_downscale writes (clipped to it), the others of `out`
+ * left as they are; for views whose rows are framebuffer rows (the normal, 180 and flipped
+ * kinds: dx is 4 or -4). */
+void box_downscale_rows(uint8_t *out, const struct box_view *view, int32_t factor,
+			int32_t first, int32_t end);
+
+/* Rows [first, end) of a frame. */
+struct box_rows {
+	int32_t first, end;
+};
+
+/* The rows of the factor-`factor` frame of `view` that framebuffer rows [y1, y2) reach:
+ * every row for the 90 and 270 kinds, whose framebuffer rows are the frame's columns; none
+ * when y1 >= y2. */
+struct box_rows box_rows_of(const struct box_view *view, int32_t factor, int32_t y1,
+			    int32_t y2);
+
 #endif

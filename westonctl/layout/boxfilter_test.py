@@ -1,7 +1,9 @@
 """boxfilter.c on its own, compiled with the trixie root's cc: for every wl_output transform,
 odd sizes, padded rows and factors 1 to 5, the frame equals a reference that first turns the
 framebuffer upright pixel by pixel (weston_matrix_init_transform's mapping) and then takes each
-block's rounded mean; with SSE2 and with the portable loop alike."""
+block's rounded mean; with SSE2 and with the portable loop alike. After new pixels in some
+framebuffer rows, refiltering only the frame rows box_rows_of names gives the same frame as
+filtering all of it anew."""
 
 from __future__ import annotations
 
@@ -86,6 +88,39 @@ main(void)
 				if (memcmp(got, want, (size_t)ow * oh * 4) != 0) {
 					printf("%dx%d transform %d factor %d differs\n", fw, fh, t, f);
 					return 1;
+				}
+				/* New pixels in some framebuffer rows: the rows box_rows_of names, */
+				/* refiltered over the old frame, give the new content's frame. */
+				for (int round = 0; round < 4; round++) {
+					int y1 = rand() % fh, y2 = y1 + 1 + rand() % (fh - y1);
+					struct box_rows rows;
+
+					for (size_t k = (size_t)y1 * stride; k < (size_t)y2 * stride; k++)
+						fb[k] = (uint8_t)rand();
+					for (int y = 0; y < h; y++)
+						for (int x = 0; x < w; x++) {
+							int fx, fy;
+
+							framebuffer_xy(t, fw, fh, x, y, &fx, &fy);
+							memcpy(up + ((size_t)y * w + x) * 4, fb + fy * stride + fx * 4, 4);
+						}
+					rows = box_rows_of(&view, f, y1, y2);
+					if (t & 1) {
+						if (rows.first != 0 || rows.end != oh) {
+							printf("transform %d: rows %d-%d of a turned frame\n",
+								t, rows.first, rows.end);
+							return 1;
+						}
+						box_downscale(got, &view, f);
+					} else {
+						box_downscale_rows(got, &view, f, rows.first, rows.end);
+					}
+					reference(want, up, w, h, f);
+					if (memcmp(got, want, (size_t)ow * oh * 4) != 0) {
+						printf("%dx%d transform %d factor %d rows %d-%d: "
+							"refiltered frame differs\n", fw, fh, t, f, y1, y2);
+						return 1;
+					}
 				}
 				free(fb), free(up), free(got), free(want);
 			}

@@ -38,7 +38,11 @@
  * it, boxfilter.c) while weston may fill the other. With the pixman renderer a buffer is
  * filled from the framebuffer directly (fbread.c) rather than by weston_capture_v1, which
  * copies all of it each time: only the rows repainted since that buffer was last filled
- * are copied, after the repaint weston has pending if any (bounded: deferred_ms).
+ * are copied, after the repaint weston has pending if any (bounded: deferred_ms). The worker
+ * keeps with each buffer the frames it made from it (one per factor, up to JOB_FACTORS) and
+ * filters again only the blocks of the rows filled since, all of them for a 90 or 270
+ * transform: a screen that barely changes costs barely anything, a frame is the same as the
+ * whole filter's. A full-size upright frame is a copy and is not kept.
  */
 
 #define _GNU_SOURCE
@@ -195,6 +199,8 @@ find_capture_output(struct capturer *capturer, const char *name)
 static void
 capture_buffer_free(struct capture_buffer *buf)
 {
+	int k;
+
 	if (buf->buffer)
 		wl_buffer_destroy(buf->buffer);
 	if (buf->pixels)
@@ -202,6 +208,20 @@ capture_buffer_free(struct capture_buffer *buf)
 	buf->buffer = NULL;
 	buf->pixels = NULL;
 	buf->size = 0;
+	for (k = 0; k < JOB_FACTORS; k++) {
+		free(buf->scaled[k].pixels);
+		buf->scaled[k].pixels = NULL;
+	}
+}
+
+/* Rows `rows` of `buf` now hold new pixels: its kept frames must refilter them. */
+static void
+capture_buffer_filled(struct capture_buffer *buf, struct fb_rows rows)
+{
+	int k;
+
+	for (k = 0; k < JOB_FACTORS; k++)
+		buf->scaled[k].dirty = fb_rows_union(buf->scaled[k].dirty, rows);
 }
 
 /* `buf` as a shm buffer of the size and format weston announced for the source (1 x 1
@@ -336,6 +356,8 @@ readable_output(struct capture_output *co, struct capture_buffer *buf)
 static bool
 capture_read(struct capture_output *co, struct capture_buffer *buf)
 {
+	/* Marked before the read: a read that fails may have written some of them. */
+	capture_buffer_filled(buf, buf->stale);
 	if (!co->watched || !fbread_rows(co->watched, buf->pixels, buf->width, buf->stale))
 		return false;
 	buf->stale = (struct fb_rows){ 0, 0 };
@@ -444,8 +466,55 @@ job_free(struct capture_job *job)
 	free(job);
 }
 
+/* The kept frame of `job`'s buffer for factor `f`, brought up to date: its dirty rows
+ * refiltered, or all of it when it is new (in a slot no other factor of the job needs); NULL
+ * when out of memory. */
+static const uint8_t *
+job_scaled(struct capture_job *job, int32_t f, size_t size)
+{
+	struct capture_buffer *buf = job->buffer;
+	struct scaled_frame *kept = NULL, *slot = NULL;
+	struct box_rows rows;
+	int i, k;
+
+	for (i = 0; i < JOB_FACTORS; i++) {
+		struct scaled_frame *s = &buf->scaled[i];
+		bool needed = false;
+
+		if (s->pixels && s->factor == f && s->transform == job->transform) {
+			kept = s;
+			break;
+		}
+		for (k = 0; k < job->count; k++)
+			needed = needed || (s->pixels && s->factor == job->factor[k] &&
+					    s->transform == job->transform);
+		if (!slot && !needed)
+			slot = s;
+	}
+	if (!kept) {
+		if (!slot)
+			return NULL;
+		free(slot->pixels);
+		slot->pixels = malloc(size);
+		if (!slot->pixels)
+			return NULL;
+		slot->factor = f;
+		slot->transform = job->transform;
+		box_downscale(slot->pixels, &job->view, f);
+		slot->dirty = (struct fb_rows){ 0, 0 };
+		return slot->pixels;
+	}
+	rows = box_rows_of(&job->view, f, kept->dirty.y1, kept->dirty.y2);
+	if (rows.first == 0 && rows.end >= (job->view.height + f - 1) / f)
+		box_downscale(kept->pixels, &job->view, f);
+	else if (rows.first < rows.end)
+		box_downscale_rows(kept->pixels, &job->view, f, rows.first, rows.end);
+	kept->dirty = (struct fb_rows){ 0, 0 };
+	return kept->pixels;
+}
+
 /* The frames of `job`, one per factor: the worker's part, which touches no compositor
- * state. */
+ * state. A frame the size of the buffer, upright as it is, is a plain copy: it keeps none. */
 static void
 job_run(struct capture_job *job)
 {
@@ -455,9 +524,19 @@ job_run(struct capture_job *job)
 		const int32_t f = job->factor[k];
 		const size_t size = (size_t)((job->view.width + f - 1) / f) * 4 *
 				    (size_t)((job->view.height + f - 1) / f);
+		const uint8_t *kept;
 
 		job->frame[k] = malloc(size);
-		if (job->frame[k])
+		if (!job->frame[k])
+			continue;
+		if (f == 1 && job->view.dx == 4 && job->view.dy > 0) {
+			box_downscale(job->frame[k], &job->view, f);
+			continue;
+		}
+		kept = job_scaled(job, f, size);
+		if (kept)
+			memcpy(job->frame[k], kept, size);
+		else
 			box_downscale(job->frame[k], &job->view, f);
 	}
 }
@@ -655,8 +734,9 @@ job_create(struct capture_output *co, struct capture_buffer *buf)
 		return NULL;
 	job->output = co;
 	job->buffer = buf;
+	job->transform = (uint32_t)co->transform;
 	job->view = box_view_upright(buf->pixels, buf->width, buf->height, (size_t)buf->width * 4,
-				     (uint32_t)co->transform);
+				     job->transform);
 	wl_list_for_each(conn, &layout->capture.conns, link) {
 		if (!waits_for(conn, co) || !(factor = conn_factor(conn, &job->view)))
 			continue;
@@ -810,6 +890,7 @@ capturer_kick(struct layout *layout, const char *output_name)
 		return;
 	/* weston overwrites the whole buffer; what it draws after this is not known. */
 	buf->stale = (struct fb_rows){ 0, buf->height };
+	capture_buffer_filled(buf, buf->stale);
 	weston_capture_source_v1_capture(co->source, buf->buffer);
 	buf->state = BUFFER_CAPTURING;
 	capturer_flush(capturer);

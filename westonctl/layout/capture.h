@@ -18,6 +18,17 @@
 struct conn;
 struct layout;
 
+/* A frame the worker made from a capture buffer, kept with it so that the next frame of that
+ * factor from that buffer refilters only the blocks of the rows filled since (a screen that
+ * barely changes costs barely anything). The worker touches it only while the buffer is
+ * BUFFER_FILTERING, weston's thread only while it is not. */
+struct scaled_frame {
+	uint8_t *pixels;	/* NULL: none kept */
+	int32_t factor;
+	uint32_t transform;
+	struct fb_rows dirty;	/* the buffer's rows filled since it was made */
+};
+
 /* A shm buffer an output is captured into. Two per output: weston's thread fills one while
  * the worker reads the other. */
 struct capture_buffer {
@@ -27,6 +38,7 @@ struct capture_buffer {
 	int32_t width, height;
 	uint32_t format;
 	struct fb_rows stale;	/* repainted since it was last filled (pixman reads) */
+	struct scaled_frame scaled[JOB_FACTORS];
 	enum { BUFFER_FREE, BUFFER_CAPTURING, BUFFER_FILTERING } state;
 };
 
@@ -60,6 +72,7 @@ struct capture_job {
 	struct capture_job *next;
 	struct capture_output *output;
 	struct capture_buffer *buffer;
+	uint32_t transform;
 	struct box_view view;
 	int count;
 	int32_t factor[JOB_FACTORS];

@@ -1,7 +1,9 @@
 """Frames read from the pixman framebuffer (fbread.c): while a capture connection is open the
 module keeps its buffers and copies into one only the rows repainted since it was last
 filled, so a frame is right only if every repaint's rows are found, on a turned output too,
-and a frame asked for after a commit shows it."""
+and a frame asked for after a commit shows it. A bounded frame is kept with its buffer and
+only the blocks of the rows filled since are filtered again: it must equal the box filter of
+the whole new content."""
 
 from __future__ import annotations
 
@@ -60,11 +62,35 @@ def _wrong_bytes(frame: Frame, want: bytes) -> int:
     return sum(a != b for a, b in zip(_planes(frame), want, strict=True))
 
 
-def _wait_for(capture: LayoutCapture, want: bytes, what: str) -> None:
+def _wait_for(capture: LayoutCapture, want: bytes, what: str,
+              bound: tuple[int, int] | None = None) -> None:
     deadline = time.monotonic() + WAIT_S
-    while _planes(capture.frame("headless")) != want:
+    while _planes(capture.frame("headless", bound)) != want:
         if time.monotonic() > deadline:
             pytest.fail(f"{what} not seen within {WAIT_S:g} s")
+
+
+def _box_filtered(planes: bytes, size: tuple[int, int], bound: tuple[int, int]) -> bytes:
+    """The planes the module's box filter makes of `planes` (width x height each) within
+    `bound`: the smallest integer factor that fits, each pixel its block's mean rounded half up,
+    the last blocks cut by the edge."""
+    width, height = size
+    factor = max(1, -(-width // bound[0]), -(-height // bound[1]))
+    out_width, out_height = -(-width // factor), -(-height // factor)
+    result = bytearray()
+    for plane in range(len(planes) // (width * height)):
+        base = plane * width * height
+        for j in range(out_height):
+            rows = range(j * factor, min(height, j * factor + factor))
+            sums = [0] * out_width
+            for row in rows:
+                line = planes[base + row * width : base + (row + 1) * width]
+                for i in range(out_width):
+                    sums[i] += sum(line[i * factor : i * factor + factor])
+            for i in range(out_width):
+                count = len(rows) * (min(width, i * factor + factor) - i * factor)
+                result.append((sums[i] + count // 2) // count)
+    return bytes(result)
 
 
 @pytest.fixture(params=["normal", "rotate-90", "flipped-rotate-270"])
@@ -102,3 +128,30 @@ def test_each_frame_shows_the_rows_repainted_since_the_last(
             wrong = _wrong_bytes(capture.frame("headless"), with_blue)
             assert wrong == 0, f"with no repaint: {wrong} bytes differ"
         _wait_for(capture, red, "red where the blue client was")
+
+
+def test_a_bounded_frame_refilters_the_rows_repainted(output: tuple[Path, Path, bool]) -> None:
+    claim, capture_path, turned = output
+    upright = (SIZE[1], SIZE[0]) if turned else SIZE
+    # A factor of 3 (4 turned): blocks straddle the blue rectangle's edges.
+    bound = (214, 161)
+    red = _box_filtered(_expected(upright, blue=False), upright, bound)
+    with_blue = _box_filtered(_expected(upright, blue=True), upright, bound)
+    assert red != with_blue
+    with (
+        LayoutCapture(capture_path, timeout=WAIT_S) as capture,
+        SolidClient(claim, colour=RED),
+    ):
+        _wait_for(capture, red, "the red client", bound)
+        # Both buffers keep a red frame.
+        for _ in range(2):
+            assert _planes(capture.frame("headless", bound)) == red
+        with SolidClient(claim, colour=BLUE, size=RECT, honour_configure=False) as blue:
+            assert blue.shown.wait(WAIT_S), blue.error
+            for when in ("after the commit", "with no repaint", "from the other buffer"):
+                got = _planes(capture.frame("headless", bound))
+                wrong = sum(a != b for a, b in zip(got, with_blue, strict=True))
+                assert wrong == 0, f"{when}: {wrong} bytes differ"
+        _wait_for(capture, red, "red where the blue client was", bound)
+        for _ in range(2):
+            assert _planes(capture.frame("headless", bound)) == red
