@@ -213,7 +213,7 @@ async def start_fed(argv: Sequence[str]) -> tuple[asyncio.subprocess.Process, in
     return proc, write_fd
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -22,7 +22,7 @@ def _chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
-def rgb_rows(header: FrameHeader, pixels: bytes) -> bytes:
+def rgb_rows(header: FrameHeader, pixels: bytes | bytearray) -> bytes:
     """Top-to-bottom RGB rows, each preceded by PNG filter type 0 (whole-frame slicing: a
     per-row loop is four times slower)."""
     width, height = header.width, header.height
@@ -44,7 +44,7 @@ def rgb_rows(header: FrameHeader, pixels: bytes) -> bytes:
     )
 
 
-def encode_png(header: FrameHeader, pixels: bytes) -> bytes:
+def encode_png(header: FrameHeader, pixels: bytes | bytearray) -> bytes:
     """An 8-bit RGB PNG of the frame (alpha, when the format has one, is dropped)."""
     ihdr = struct.pack(">IIBBBBB", header.width, header.height, 8, 2, 0, 0, 0)
     data = zlib.compress(rgb_rows(header, pixels), 1)

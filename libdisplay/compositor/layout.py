@@ -239,7 +239,7 @@ class Frame:
     """One captured output image, in the renderer's format (little-endian DRM fourcc order)."""
 
     header: FrameHeader
-    pixels: bytes
+    pixels: bytes | bytearray
 
     def rgb(self, x: int, y: int) -> tuple[int, int, int]:
         """The colour at (x, y), with y counted from the top whatever the renderer's y-flip."""
@@ -566,7 +566,8 @@ class _Channel:
         except UnicodeDecodeError as exc:
             raise LayoutProtocolError(f"{self.path}: reply is not ASCII: {raw[:80]!r}") from exc
 
-    def read_exact(self, size: int, deadline: float) -> bytes:
+    def read_exact(self, size: int, deadline: float) -> bytearray:
+        """`size` bytes, in the buffer they were received into: a frame is not copied again."""
         out = bytearray(size)
         view = memoryview(out)
         filled = min(size, len(self._buffer))
@@ -583,7 +584,7 @@ class _Channel:
             if count == 0:
                 raise LayoutClosedError(f"{self.path}: the module closed the connection mid-frame")
             filled += count
-        return bytes(out)
+        return out
 
 
 def _reply(channel: _Channel, deadline: float) -> str:
