@@ -28,6 +28,7 @@ import jsonschema
 import jsonschema.protocols
 
 from fakekube import status
+from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind
 from fakekube.schemacheck import Check, compile_check
 from fakekube.status import Cause
@@ -210,7 +211,7 @@ class Schemas:
 
     def check(self, kind: Kind, version: str, obj: JsonObject, *, name: str,
               field_validation: FieldValidation = "Warn") -> Checked:
-        body = copy.deepcopy(obj)
+        body = copy_json(obj)
         dropped: list[str] = []
         if kind.builtin_schema:
             self._check_builtin(kind, version, body, name, dropped)
