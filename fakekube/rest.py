@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fakekube import patch, reviews, status, strategy
+from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind, Registry, field_value, kind_from_crd
 from fakekube.rbac import Authorizer
 from fakekube.schema import FieldValidation, Schemas
@@ -216,7 +216,7 @@ class Api:
         self._check_type(t, body)
         if t.kind.create_only:
             return self._review(t, body)
-        obj = copy.deepcopy(body)
+        obj = copy_json(body)
         self._check_namespace(t, obj)
         meta = obj["metadata"]
         with self.store.lock:
@@ -370,7 +370,7 @@ class Api:
         PUT (for test hooks that play a controller or the kubelet)."""
         with self.store.lock:
             current = self._current(t)
-            body = copy.deepcopy(current)
+            body = copy_json(current)
             change(body)
             return self._commit(t, current, body, {})
 
@@ -393,7 +393,7 @@ class Api:
         if _dry_run(params):
             return current, True
         if current["metadata"].get("finalizers"):
-            marked = copy.deepcopy(current)
+            marked = copy_json(current)
             marked["metadata"].setdefault("deletionTimestamp", strategy.now())
             marked["metadata"].setdefault("deletionGracePeriodSeconds", 0)
             if marked != current:

@@ -9,7 +9,6 @@ whole read-modify-write, as etcd's transaction would guarantee.
 from __future__ import annotations
 
 import collections
-import copy
 import queue
 import threading
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fakekube import status
+from fakekube.jsoncopy import copy_json
 
 JsonObject = dict[str, Any]
 KindKey = tuple[str, str]  # (group, plural)
@@ -133,7 +133,7 @@ class Store:
 
     def _stamp(self, obj: JsonObject) -> JsonObject:
         self._rv += 1
-        stored = copy.deepcopy(obj)
+        stored = copy_json(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
         return stored
 

@@ -5,13 +5,13 @@ kind-specific checks (DRA rules, CRD shape).
 
 from __future__ import annotations
 
-import copy
 import datetime
 import secrets
 import uuid
 from typing import Any
 
 from fakekube import dra, kinds, rbacvalidation, status
+from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind
 from fakekube.status import Cause
 
@@ -94,13 +94,13 @@ def merge_update(kind: Kind, old: JsonObject, new: JsonObject, *, status_only: b
     """The object an update stores before checks: a main update keeps the stored status (when the
     kind has a status subresource), a status update changes nothing but status."""
     if status_only:
-        merged = copy.deepcopy(old)
+        merged = copy_json(old)
         if "status" in new:
-            merged["status"] = copy.deepcopy(new["status"])
+            merged["status"] = copy_json(new["status"])
         else:
             merged.pop("status", None)
         return merged
-    merged = copy.deepcopy(new)
+    merged = copy_json(new)
     meta = merged.setdefault("metadata", {})
     for key in _KEPT_META:
         if key in old["metadata"]:
@@ -109,7 +109,7 @@ def merge_update(kind: Kind, old: JsonObject, new: JsonObject, *, status_only: b
             meta.pop(key, None)
     if kind.status_subresource:
         if "status" in old:
-            merged["status"] = copy.deepcopy(old["status"])
+            merged["status"] = copy_json(old["status"])
         else:
             merged.pop("status", None)
     return merged
