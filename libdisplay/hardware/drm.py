@@ -56,6 +56,8 @@ _RENDER_RE = re.compile(r"^renderD(?P<minor>[0-9]+)$")
 _I2C_RE = re.compile(r"^i2c-(?P<bus>[0-9]+)$")
 _PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# A sysfs attribute is at most a page, an EDID at most 32 KiB (256 blocks of 128 bytes).
+_READ_SIZE = 65536
 
 
 class DrmError(Exception):
@@ -344,12 +346,24 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _read_attribute(path: Path) -> bytes | None:
+    """The attribute's bytes, None when it is absent. Read with os calls, not
+    Path.read_bytes, whose file objects cost more than the read itself: a hotplug reads six
+    attributes of every connector."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as err:
         raise SysfsReadError(f"cannot read {path}: {err}") from err
+    try:
+        chunks = []
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise SysfsReadError(f"cannot read {path}: {err}") from err
+    finally:
+        os.close(fd)
 
 
 # --- snapshot -----------------------------------------------------------------------------
