@@ -52,6 +52,21 @@ framebuffer_xy(int t, int fw, int fh, int x, int y, int *fx, int *fy)
 	}
 }
 
+/* The upright w x h image that framebuffer `fb` shows under transform t, into `up`. */
+static void
+upright(uint8_t *up, const uint8_t *fb, size_t stride, int t, int fw, int fh)
+{
+	int w = (t & 1) ? fh : fw, h = (t & 1) ? fw : fh;
+
+	for (int y = 0; y < h; y++)
+		for (int x = 0; x < w; x++) {
+			int fx, fy;
+
+			framebuffer_xy(t, fw, fh, x, y, &fx, &fy);
+			memcpy(up + ((size_t)y * w + x) * 4, fb + fy * stride + fx * 4, 4);
+		}
+}
+
 int
 main(void)
 {
@@ -71,13 +86,7 @@ main(void)
 
 				for (size_t k = 0; k < stride * fh; k++)
 					fb[k] = (uint8_t)rand();
-				for (int y = 0; y < h; y++)
-					for (int x = 0; x < w; x++) {
-						int fx, fy;
-
-						framebuffer_xy(t, fw, fh, x, y, &fx, &fy);
-						memcpy(up + ((size_t)y * w + x) * 4, fb + fy * stride + fx * 4, 4);
-					}
+				upright(up, fb, stride, t, fw, fh);
 				view = box_view_upright(fb, fw, fh, stride, (uint32_t)t);
 				if (view.width != w || view.height != h) {
 					printf("%dx%d transform %d: view %dx%d\n", fw, fh, t, view.width, view.height);
@@ -97,13 +106,7 @@ main(void)
 
 					for (size_t k = (size_t)y1 * stride; k < (size_t)y2 * stride; k++)
 						fb[k] = (uint8_t)rand();
-					for (int y = 0; y < h; y++)
-						for (int x = 0; x < w; x++) {
-							int fx, fy;
-
-							framebuffer_xy(t, fw, fh, x, y, &fx, &fy);
-							memcpy(up + ((size_t)y * w + x) * 4, fb + fy * stride + fx * 4, 4);
-						}
+					upright(up, fb, stride, t, fw, fh);
 					rows = box_rows_of(&view, f, y1, y2);
 					if (t & 1) {
 						if (rows.first != 0 || rows.end != oh) {
