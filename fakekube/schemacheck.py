@@ -170,10 +170,15 @@ def _open_properties(known: dict[str, Check], additional: Check) -> Check:
     return check
 
 
+def _strings(values: Any, keyword: str) -> list[str]:
+    """`values` when it is a list of strings (what `required` and a provable `enum` hold)."""
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise UnsupportedError(keyword)
+    return values
+
+
 def _required(names: Any) -> Check:
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise UnsupportedError("required")
-    wanted = tuple(names)
+    wanted = tuple(_strings(names, "required"))
 
     def check(value: Any) -> bool:
         return not isinstance(value, dict) or all(name in value for name in wanted)
@@ -182,9 +187,7 @@ def _required(names: Any) -> Check:
 
 
 def _enum(values: Any) -> Check:
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise UnsupportedError("enum")
-    allowed = frozenset(values)
+    allowed = frozenset(_strings(values, "enum"))
 
     def check(value: Any) -> bool:
         return isinstance(value, str) and value in allowed
