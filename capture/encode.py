@@ -1,9 +1,10 @@
 """ffmpeg for clips: which encoder runs, its command line, and the encode itself.
 
-Frames arrive as the layout module's raw pixels and go to one ffmpeg process per request on
-stdin. Clips use VA-API (`h264_vaapi`) on the render node when the start-up probe could encode
-a few frames there, otherwise libx264 `ultrafast` (the cheapest preset in memory,
-docs/capture.md §6).
+Frames arrive as the layout module's raw frames and go to one ffmpeg process per request on
+stdin: a clip's as I420 (4:2:0, BT.601 limited range, made by the module while it filters the
+frame), which x264 takes as it is, so neither this process nor ffmpeg converts pixels. Clips
+use VA-API (`h264_vaapi`) on the render node when the start-up probe could encode a few frames
+there, otherwise libx264 `ultrafast` (the cheapest preset in memory, docs/capture.md §6).
 Which one ran is never silent: `EncoderChoice` carries the encoder and the reason, and the
 server puts both in a header, a metric label and the log. The server asks the module for
 frames within MAX_SIDE, which it shrinks by an integer factor, so clips are encoded at the size
@@ -45,7 +46,12 @@ _FFMPEG_PIX_FMT: Final[dict[PixelFormat, str]] = {
     "ARGB8888": "bgra",
     "XBGR8888": "rgb0",
     "ABGR8888": "rgba",
+    "I420": "yuv420p",
 }
+# What the frames hold, written into the stream (H.264's VUI) so that a player does not guess:
+# BT.601's matrix in limited range, which the module's I420 and ffmpeg's own conversion of RGB
+# both use. Untagged HD video is often decoded as BT.709, with shifted colours.
+_COLOUR_TAGS: Final = ("-colorspace", "smpte170m", "-color_range", "tv")
 
 
 class EncodeError(Exception):
@@ -124,20 +130,26 @@ async def probe(render_node: Path | None) -> EncoderChoice:
 
 
 def _filters(header: FrameHeader) -> list[str]:
-    """Crop the stride padding and an odd row or column (4:2:0 needs even sides), undo y-flip."""
+    """Crop the stride padding and an odd row or column (4:2:0 needs even sides), undo y-flip.
+    An I420 frame needs neither."""
     width, height = header.width - header.width % 2, header.height - header.height % 2
     chain = []
-    if (width, height) != (header.stride // 4, header.height):
+    if (width, height) != (_row_pixels(header), header.height):
         chain.append(f"crop={width}:{height}:0:0")
     if header.y_flip:
         chain.append("vflip")
     return chain
 
 
+def _row_pixels(header: FrameHeader) -> int:
+    """The pixels in a row of memory, stride padding included."""
+    return header.width if header.pixel_format == "I420" else header.stride // 4
+
+
 def _input_args(header: FrameHeader, *, fps: int) -> list[str]:
     return [
         "-f", "rawvideo", "-pix_fmt", _FFMPEG_PIX_FMT[header.pixel_format],
-        "-s", f"{header.stride // 4}x{header.height}", "-r", str(fps), "-i", "pipe:0",
+        "-s", f"{_row_pixels(header)}x{header.height}", "-r", str(fps), "-i", "pipe:0",
     ]
 
 
@@ -157,7 +169,7 @@ def clip_argv(header: FrameHeader, choice: EncoderChoice, *, fps: int) -> list[s
         ]
     return [
         FFMPEG, "-hide_banner", "-loglevel", "error", *device,
-        *_input_args(header, fps=fps), *codec, "-g", str(fps),
+        *_input_args(header, fps=fps), *codec, *_COLOUR_TAGS, "-g", str(fps),
         "-movflags", "frag_keyframe+empty_moov+default_base_moof", "-f", "mp4", "pipe:1",
     ]
 

@@ -58,6 +58,17 @@ def test_pixel_formats_map_to_ffmpeg(pixel_format: PixelFormat, ffmpeg_format: s
     assert argv[argv.index("-s") + 1] == "64x48"
 
 
+def test_an_i420_frame_goes_to_x264_as_it_is_tagged_bt601() -> None:
+    frame = FrameHeader(width=1920, height=1080, stride=1920, pixel_format="I420",
+                        y_flip=False, size=1920 * 1080 * 3 // 2)
+    argv = encode.clip_argv(frame, EncoderChoice("software", "test"), fps=30)
+    assert argv[argv.index("-pix_fmt") + 1] == "yuv420p"
+    assert argv[argv.index("-s") + 1] == "1920x1080"
+    assert _vf(argv) == "format=yuv420p"
+    assert argv[argv.index("-colorspace") + 1] == "smpte170m"
+    assert argv[argv.index("-color_range") + 1] == "tv"
+
+
 def test_vaapi_clip_uploads_to_the_render_node() -> None:
     choice = EncoderChoice("vaapi", "probe encoded", Path("/dev/dri/renderD129"))
     argv = encode.clip_argv(header(1920, 1080), choice, fps=30)

@@ -159,11 +159,11 @@ def parse_seconds(text: str | None, settings: Settings) -> float:
     return seconds
 
 
-def grab(socket_path: Path, output: str) -> Frame:
-    """One frame of `output`, within 1080p, on a fresh connection (blocking: run it in a
-    thread)."""
+def grab(socket_path: Path, output: str, *, i420: bool = False) -> Frame:
+    """One frame of `output`, within 1080p, packed or (a clip's) I420, on a fresh connection
+    (blocking: run it in a thread)."""
     with LayoutCapture(socket_path, timeout=FRAME_TIMEOUT_S) as capture:
-        return capture.frame(output, encode.MAX_SIDE)
+        return capture.frame(output, encode.MAX_SIDE, i420=i420)
 
 
 class RefusalError(Exception):
@@ -328,9 +328,10 @@ def _layout_refusal(exc: LayoutError) -> RefusalError:
     return RefusalError(_error(503, message, **{"Retry-After": "5"}))
 
 
-async def _frame(state: State, output: Output) -> Frame:
+async def _frame(state: State, output: Output, *, i420: bool = False) -> Frame:
     try:
-        frame = await asyncio.to_thread(grab, state.settings.capture_socket, output.name)
+        frame = await asyncio.to_thread(grab, state.settings.capture_socket, output.name,
+                                        i420=i420)
     except LayoutError as exc:
         raise _layout_refusal(exc) from exc
     state.metrics.frames.inc()
@@ -426,7 +427,7 @@ async def clip(request: web.Request) -> web.StreamResponse:
     seconds = parse_seconds(request.query.get("seconds"), state.settings)
     choice = await state.choice
     with _slot(state, expected_s=seconds):
-        first = await _frame(state, output)
+        first = await _frame(state, output, i420=True)
         return await _ClipRun(state, request, output, choice, first, seconds).run()
 
 
@@ -519,7 +520,7 @@ class _ClipRun:
             with LayoutCapture(self.state.settings.capture_socket,
                                timeout=FRAME_TIMEOUT_S) as capture:
                 if self.frames > 1:
-                    capture.request(self.output.name, encode.MAX_SIDE)
+                    capture.request(self.output.name, encode.MAX_SIDE, i420=True)
                 start = time.monotonic()
                 for index in range(self.frames):
                     if index:
@@ -528,7 +529,7 @@ class _ClipRun:
                         frame = capture.receive()
                         self.state.metrics.frames.inc()
                         if index + 1 < self.frames:
-                            capture.request(self.output.name, encode.MAX_SIDE)
+                            capture.request(self.output.name, encode.MAX_SIDE, i420=True)
                         if frame.header != self.first.header:
                             log.info("%s changed size mid-clip: clip ends at frame %d",
                                      self.output.name, index)

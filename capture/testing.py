@@ -29,6 +29,7 @@ from typing import Protocol
 
 from libdisplay.compositor.layout import CAPTURE_GREETING, LayoutCapture, LayoutControl
 from libdisplay.processes import Process, running
+from tests.support import i420
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient
 from tests.support.layout_build import layout_ini
@@ -82,8 +83,9 @@ class Screens(Protocol):
 
 
 class FakeCompositor:
-    """A capture socket answering `FRAME <output>` with a solid `size` frame of `colour` for the
-    outputs its weston.ini names (X1..Xn), `ERR no-output` otherwise; one thread a connection."""
+    """A capture socket answering `FRAME <output> [<bound>] [I420]` with a solid `size` frame of
+    `colour` (packed, or I420 when asked) for the outputs its weston.ini names (X1..Xn),
+    `ERR no-output` otherwise; one thread a connection."""
 
     def __init__(self, directory: Path, outputs: Sequence[str] = ("X1",), *,
                  size: tuple[int, int] = (64, 48), colour: tuple[int, int, int] = (255, 0, 0)):
@@ -94,8 +96,11 @@ class FakeCompositor:
                                     for name in outputs))
         width, height = size
         red, green, blue = colour
-        self._header = f"FRAME {width} {height} {width * 4} XRGB8888 0 {width * height * 4}\n"
-        self._pixels = bytes([blue, green, red, 0]) * (width * height)
+        self._packed = (f"FRAME {width} {height} {width * 4} XRGB8888 0 {width * height * 4}\n"
+                        .encode() + bytes([blue, green, red, 0]) * (width * height))
+        planes = i420.solid(width - width % 2, height - height % 2, colour)
+        self._i420 = (f"FRAME {width - width % 2} {height - height % 2} {width - width % 2} "
+                      f"I420 0 {len(planes)}\n".encode() + planes)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(os.fspath(self.capture))
         self._listener.listen(64)
@@ -134,7 +139,7 @@ class FakeCompositor:
             for line in lines:
                 words = line.decode(errors="replace").split()
                 if len(words) >= 2 and words[0] == "FRAME" and words[1] in self.outputs:
-                    conn.sendall(self._header.encode() + self._pixels)
+                    conn.sendall(self._i420 if words[-1] == "I420" else self._packed)
                 else:
                     conn.sendall(b"ERR no-output no such output\n")
 

@@ -8,8 +8,9 @@ header comment is the specification. Control: greeting `LAYOUT 1`, then `CREATE 
 powered off), `OUTPUTS` and `PROBE` (the DRM master's re-detection of the card's connectors),
 answered by `OK ...` or `ERR <code> <field> <text>`, which `configure` and `probe` raise as
 the `LayoutConfigureError` subclass of its code. Capture: greeting `LAYOUT-CAPTURE 1`, then
-`FRAME <output>` or `FRAME <output> <max-width>x<max-height>` (the module box-filters the
-frame down by the smallest integer factor that fits it in the bound), answered by
+`FRAME <output> [<max-width>x<max-height>] [I420]` (the module box-filters the frame down by
+the smallest integer factor that fits it in the bound; with `I420` it sends the 4:2:0 planar
+frame clips are encoded from), answered by
 `FRAME <width> <height> <stride> <format> <yflip> <nbytes>` and the pixels, or by `ERR`.
 
 Arguments are checked here against the module's own rules before anything is sent, so a bad
@@ -49,12 +50,15 @@ BOUND_MIN: Final = 16
 BOUND_MAX: Final = 16384
 DEFAULT_TIMEOUT_S: Final = 5.0
 
-PixelFormat = Literal["XRGB8888", "ARGB8888", "XBGR8888", "ABGR8888"]
+# Packed 32-bit pixels in little-endian DRM fourcc order, or I420: planes of Y (width x
+# height), U and V ((width / 2) x (height / 2) each), BT.601 limited range, even sides.
+PixelFormat = Literal["XRGB8888", "ARGB8888", "XBGR8888", "ABGR8888", "I420"]
 _PIXEL_FORMATS: Final[dict[str, PixelFormat]] = {
     "XRGB8888": "XRGB8888",
     "ARGB8888": "ARGB8888",
     "XBGR8888": "XBGR8888",
     "ABGR8888": "ABGR8888",
+    "I420": "I420",
 }
 _CLAIM_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,%d}" % CLAIM_MAX)
 _PRINTABLE_RE: Final = re.compile(r"[\x21-\x7e]+")
@@ -236,14 +240,18 @@ class FrameHeader:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One captured output image, in the renderer's format (little-endian DRM fourcc order)."""
+    """One captured output image, in the renderer's format (little-endian DRM fourcc order)
+    or I420."""
 
     header: FrameHeader
     pixels: bytes | bytearray
 
     def rgb(self, x: int, y: int) -> tuple[int, int, int]:
-        """The colour at (x, y), with y counted from the top whatever the renderer's y-flip."""
+        """The colour at (x, y), with y counted from the top whatever the renderer's y-flip;
+        a packed frame's only (I420 holds no RGB to give back exactly)."""
         header = self.header
+        if header.pixel_format == "I420":
+            raise LayoutUsageError("an I420 frame has no RGB pixels to read")
         if not (0 <= x < header.width and 0 <= y < header.height):
             raise LayoutUsageError(
                 f"pixel ({x}, {y}) is outside the {header.width}x{header.height} frame"
@@ -438,12 +446,16 @@ def _check_bound(max_size: tuple[int, int]) -> None:
         )
 
 
-def encode_frame(output: str, max_size: tuple[int, int] | None = None) -> bytes:
+def encode_frame(output: str, max_size: tuple[int, int] | None = None, *,
+                 i420: bool = False) -> bytes:
     _check_output(output)
-    if max_size is None:
-        return f"FRAME {output}\n".encode()
-    _check_bound(max_size)
-    return f"FRAME {output} {max_size[0]}x{max_size[1]}\n".encode()
+    words = ["FRAME", output]
+    if max_size is not None:
+        _check_bound(max_size)
+        words.append(f"{max_size[0]}x{max_size[1]}")
+    if i420:
+        words.append("I420")
+    return (" ".join(words) + "\n").encode()
 
 
 def parse_error(line: str) -> LayoutReplyError | None:
@@ -465,6 +477,14 @@ def parse_claim_line(line: str) -> ClaimSocket:
     )
 
 
+def _consistent(width: int, height: int, stride: int, pixel_format: PixelFormat,
+                size: int) -> bool:
+    if pixel_format == "I420":
+        return (width % 2 == height % 2 == 0 and stride == width
+                and size == width * height * 3 // 2)
+    return stride >= width * 4 and size == stride * height
+
+
 def parse_frame_header(line: str) -> FrameHeader:
     """`FRAME <width> <height> <stride> <format> <yflip> <nbytes>`, checked for consistency."""
     words = line.split(" ")
@@ -481,7 +501,7 @@ def parse_frame_header(line: str) -> FrameHeader:
         raise LayoutProtocolError(f"y-flip must be 0 or 1 in {line!r}")
     if not (0 < width <= FRAME_SIDE_MAX and 0 < height <= FRAME_SIDE_MAX):
         raise LayoutProtocolError(f"frame size {width}x{height} out of range in {line!r}")
-    if stride < width * 4 or size != stride * height:
+    if not _consistent(width, height, stride, pixel_format, size):
         raise LayoutProtocolError(f"stride or byte count inconsistent in {line!r}")
     return FrameHeader(
         width=width,
@@ -707,11 +727,12 @@ class LayoutControl:
 
 class LayoutCapture:
     """A connection to the capture socket. `frame` asks for one frame and waits for it;
-    `request` and `receive` pipeline (up to 16 outstanding requests, for one output and one
-    `max_size` at a time). With `max_size` the module sends the frame shrunk by the smallest
-    integer factor f with ceil(width / f) and ceil(height / f) inside it (each pixel the
-    mean of an f x f block): 3840x2160 in 1920x1080 comes as 1920x1080, 2560x1440 as
-    1280x720; a frame that fits comes as it is."""
+    `request` and `receive` pipeline (up to 16 outstanding requests, for one output, one
+    `max_size` and one format at a time). With `max_size` the module sends the frame shrunk by
+    the smallest integer factor f with ceil(width / f) and ceil(height / f) inside it (each
+    pixel the mean of an f x f block): 3840x2160 in 1920x1080 comes as 1920x1080, 2560x1440 as
+    1280x720; a frame that fits comes as it is. With `i420` it comes as I420 (`PixelFormat`),
+    an odd last column or row dropped."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = DEFAULT_TIMEOUT_S):
         self._channel = _Channel(Path(path), greeting=CAPTURE_GREETING, timeout=timeout)
@@ -725,14 +746,16 @@ class LayoutCapture:
     def close(self) -> None:
         self._channel.close()
 
-    def request(self, output: str, max_size: tuple[int, int] | None = None) -> None:
-        self._channel.send(encode_frame(output, max_size), self._channel.deadline())
+    def request(self, output: str, max_size: tuple[int, int] | None = None, *,
+                i420: bool = False) -> None:
+        self._channel.send(encode_frame(output, max_size, i420=i420), self._channel.deadline())
 
     def receive(self) -> Frame:
         deadline = self._channel.deadline()
         header = parse_frame_header(_reply(self._channel, deadline))
         return Frame(header=header, pixels=self._channel.read_exact(header.size, deadline))
 
-    def frame(self, output: str, max_size: tuple[int, int] | None = None) -> Frame:
-        self.request(output, max_size)
+    def frame(self, output: str, max_size: tuple[int, int] | None = None, *,
+              i420: bool = False) -> Frame:
+        self.request(output, max_size, i420=i420)
         return self.receive()

@@ -81,6 +81,11 @@ def test_encode_frame_with_a_bound(max_size: tuple[int, int], line: bytes) -> No
     assert layout.encode_frame("X2", max_size) == line
 
 
+def test_encode_frame_in_i420() -> None:
+    assert layout.encode_frame("X2", (1920, 1080), i420=True) == b"FRAME X2 1920x1080 I420\n"
+    assert layout.encode_frame("X2", i420=True) == b"FRAME X2 I420\n"
+
+
 @pytest.mark.parametrize(
     "max_size",
     [(0, 1080), (1920, 15), (16385, 1080), (1920,), (1920, 1080, 1), (1920.0, 1080), (True, 16)],
@@ -131,6 +136,13 @@ def test_parse_frame_header() -> None:
     )
 
 
+def test_parse_i420_frame_header() -> None:
+    # Y 1920 x 1080, U and V 960 x 540 each.
+    assert layout.parse_frame_header("FRAME 1920 1080 1920 I420 0 3110400") == FrameHeader(
+        width=1920, height=1080, stride=1920, pixel_format="I420", y_flip=False, size=3110400
+    )
+
+
 @pytest.mark.parametrize(
     ("line", "why"),
     [
@@ -143,6 +155,9 @@ def test_parse_frame_header() -> None:
         ("FRAME 16385 1 65540 XRGB8888 0 65540", "out of range"),
         ("FRAME 3 2 8 XRGB8888 0 16", "inconsistent"),
         ("FRAME 3 2 12 XRGB8888 0 25", "inconsistent"),
+        ("FRAME 3 2 3 I420 0 9", "inconsistent"),
+        ("FRAME 4 2 8 I420 0 12", "inconsistent"),
+        ("FRAME 4 2 4 I420 0 16", "inconsistent"),
     ],
     ids=[
         "short",
@@ -154,6 +169,9 @@ def test_parse_frame_header() -> None:
         "huge",
         "stride",
         "size",
+        "i420-odd-side",
+        "i420-stride",
+        "i420-size",
     ],
 )
 def test_parse_frame_header_rejects(line: str, why: str) -> None:
@@ -191,6 +209,12 @@ def test_frame_rgb(
 def test_frame_rgb_outside() -> None:
     with pytest.raises(LayoutUsageError, match=r"\(2, 0\)"):
         _frame("XRGB8888", y_flip=False).rgb(2, 0)
+
+
+def test_an_i420_frame_has_no_rgb() -> None:
+    header = FrameHeader(width=2, height=2, stride=2, pixel_format="I420", y_flip=False, size=6)
+    with pytest.raises(LayoutUsageError, match="I420"):
+        Frame(header=header, pixels=bytes(6)).rgb(0, 0)
 
 
 # ---------- the clients against a scripted server ----------

@@ -2,13 +2,16 @@
  * layout-shell.so's capture socket.
  *
  * Capture socket (`[layout] capture-socket=PATH`, mode 0660). Greeting `LAYOUT-CAPTURE 1`.
- * Each `FRAME <output> [<max-width>x<max-height>]` line is answered by exactly one reply:
- * either `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long, io) or
- * the line
+ * Each `FRAME <output> [<max-width>x<max-height>] [I420]` line is answered by exactly one
+ * reply: either `ERR <code> <text>` (no-output, output-gone, busy, bad-request, too-long, io)
+ * or the line
  *   FRAME <width> <height> <stride> <format> <yflip> <nbytes>
  * followed by nbytes of pixels (format is a DRM fourcc name such as XRGB8888, in
  * little-endian memory order; yflip 1 would mean the first row is the bottom one: weston's
- * capture delivers the top row first with every renderer, so it is always 0). Frames come
+ * capture delivers the top row first with every renderer, so it is always 0). With `I420`
+ * the frame is the 4:2:0 planar one clips are encoded from (i420.h: the even part of the
+ * frame, BT.601 limited range; format I420, stride its width): a third of the bytes, and
+ * neither the capture side nor its encoder converts it. Frames come
  * from weston's own capture protocol, weston_capture_v1 (the output's framebuffer source):
  * the module is a Wayland client of its compositor over a socketpair, and its screenshot
  * authority admits that one client and no other. A request makes the module ask weston to
@@ -42,7 +45,8 @@
  * keeps with each buffer the frames it made from it (one per factor, up to JOB_FACTORS) and
  * filters again only the blocks of the rows filled since, all of them for a 90 or 270
  * transform: a screen that barely changes costs barely anything, a frame is the same as the
- * whole filter's. A full-size upright frame is a copy and is not kept.
+ * whole filter's. A full-size upright frame is a copy and is not kept. I420 frames are kept
+ * the same way, each converted again only in the row pairs of the rows filled since.
  */
 
 #define _GNU_SOURCE
@@ -51,6 +55,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 
+#include "i420.h"
 #include "layout.h"
 #include "weston-output-capture-client-protocol.h"
 
@@ -124,12 +129,14 @@ capture_line(struct conn *conn, char *line)
 	char *w[4];
 	struct weston_output *output;
 	int32_t max_width = 0, max_height = 0;
-	int n = split_words(line, w, 3);
+	int n = split_words(line, w, 4);
+	const bool i420 = n >= 3 && strcmp(w[n - 1], "I420") == 0;
+	const bool bounded = n - (i420 ? 1 : 0) == 3;
 
-	if ((n != 2 && n != 3) || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
+	if (n < 2 || n - (i420 ? 1 : 0) > 3 || strcmp(w[0], "FRAME") != 0 || !valid_output(w[1]))
 		return conn_printf(conn, "ERR bad-request expected FRAME <output> "
-				   "[<max-width>x<max-height>]\n");
-	if (n == 3 && !parse_bound(w[2], &max_width, &max_height))
+				   "[<max-width>x<max-height>] [I420]\n");
+	if (bounded && !parse_bound(w[2], &max_width, &max_height))
 		return conn_printf(conn, "ERR bad-request bound must be <max-width>x<max-height>, "
 				   "each %d-%d\n", BOUND_MIN, BOUND_MAX);
 	output = find_output(conn->layout, w[1]);
@@ -137,14 +144,16 @@ capture_line(struct conn *conn, char *line)
 		return conn_printf(conn, "ERR no-output no output named %s\n", w[1]);
 	if (conn->pending > 0 && strcmp(conn->output, w[1]) != 0)
 		return conn_printf(conn, "ERR busy frames of %s are outstanding\n", conn->output);
-	if (conn->pending > 0 && (conn->max_width != max_width || conn->max_height != max_height))
-		return conn_printf(conn, "ERR busy frames of %s with another bound are outstanding\n",
-				   conn->output);
+	if (conn->pending > 0 && (conn->max_width != max_width || conn->max_height != max_height ||
+				  conn->i420 != i420))
+		return conn_printf(conn, "ERR busy frames of %s with another bound or format are "
+				   "outstanding\n", conn->output);
 	if (conn->pending >= MAX_PENDING_FRAMES)
 		return conn_printf(conn, "ERR busy %d frames are outstanding\n", conn->pending);
 	strcpy(conn->output, w[1]);
 	conn->max_width = max_width;
 	conn->max_height = max_height;
+	conn->i420 = i420;
 	conn->pending++;
 	capturer_kick(conn->layout, conn->output);
 	return true;
@@ -466,46 +475,86 @@ job_free(struct capture_job *job)
 	free(job);
 }
 
-/* The kept frame of `job`'s buffer for factor `f`, brought up to date: its dirty rows
- * refiltered, or all of it when it is new (in a slot no other factor of the job needs); NULL
- * when out of memory. */
-static const uint8_t *
-job_scaled(struct capture_job *job, int32_t f, size_t size)
+/* A side of the factor-`f` frame of a view's side `len`. */
+static int32_t
+frame_side(int32_t len, int32_t f)
+{
+	return (len + f - 1) / f;
+}
+
+/* The byte of each pixel of a buffer of `format` that holds red (blue is at 2 - it). */
+static int
+red_byte(uint32_t format)
+{
+	return format == DRM_FORMAT_XBGR8888 || format == DRM_FORMAT_ABGR8888 ? 0 : 2;
+}
+
+/* Whether kept frame `s` is one `job` needs: a frame it makes, or the packed frame one of its
+ * I420 frames is converted from. */
+static bool
+job_needs(const struct capture_job *job, const struct scaled_frame *s)
+{
+	int k;
+
+	if (!s->pixels || s->transform != job->transform)
+		return false;
+	for (k = 0; k < job->count; k++) {
+		if (s->factor == job->factor[k] && (s->i420 == job->i420[k] || job->i420[k]))
+			return true;
+	}
+	return false;
+}
+
+/* The kept frame of `job`'s buffer for factor `f` in I420 or packed: the one it has, or a
+ * new one of `size` bytes in a slot the job does not need (*fresh: not filled yet); NULL when
+ * no slot is free or out of memory. */
+static struct scaled_frame *
+job_kept(struct capture_job *job, int32_t f, bool i420, size_t size, bool *fresh)
 {
 	struct capture_buffer *buf = job->buffer;
-	struct scaled_frame *kept = NULL, *slot = NULL;
-	struct box_rows rows;
-	int i, k;
+	struct scaled_frame *slot = NULL;
+	int i;
 
+	*fresh = false;
 	for (i = 0; i < JOB_FACTORS; i++) {
 		struct scaled_frame *s = &buf->scaled[i];
-		bool needed = false;
 
-		if (s->pixels && s->factor == f && s->transform == job->transform) {
-			kept = s;
-			break;
-		}
-		for (k = 0; k < job->count; k++)
-			needed = needed || (s->pixels && s->factor == job->factor[k] &&
-					    s->transform == job->transform);
-		if (!slot && !needed)
+		if (s->pixels && s->factor == f && s->i420 == i420 && s->transform == job->transform)
+			return s;
+		if (!slot && !job_needs(job, s))
 			slot = s;
 	}
-	if (!kept) {
-		if (!slot)
-			return NULL;
-		free(slot->pixels);
-		slot->pixels = malloc(size);
-		if (!slot->pixels)
-			return NULL;
-		slot->factor = f;
-		slot->transform = job->transform;
-		box_downscale(slot->pixels, &job->view, f);
-		slot->dirty = (struct fb_rows){ 0, 0 };
-		return slot->pixels;
-	}
-	rows = box_rows_of(&job->view, f, kept->dirty.y1, kept->dirty.y2);
-	if (rows.first == 0 && rows.end >= (job->view.height + f - 1) / f)
+	if (!slot)
+		return NULL;
+	free(slot->pixels);
+	slot->pixels = malloc(size);
+	if (!slot->pixels)
+		return NULL;
+	slot->factor = f;
+	slot->i420 = i420;
+	slot->transform = job->transform;
+	slot->dirty = (struct fb_rows){ 0, 0 };
+	*fresh = true;
+	return slot;
+}
+
+/* The kept packed frame of `job`'s buffer for factor `f`, brought up to date: its dirty rows
+ * refiltered, or all of it when it is new; NULL when none can be kept. */
+static const uint8_t *
+job_scaled(struct capture_job *job, int32_t f)
+{
+	const int32_t height = frame_side(job->view.height, f);
+	const size_t size = (size_t)frame_side(job->view.width, f) * 4 * (size_t)height;
+	struct scaled_frame *kept;
+	struct box_rows rows;
+	bool fresh;
+
+	kept = job_kept(job, f, false, size, &fresh);
+	if (!kept)
+		return NULL;
+	rows = fresh ? (struct box_rows){ 0, height }
+		     : box_rows_of(&job->view, f, kept->dirty.y1, kept->dirty.y2);
+	if (rows.first == 0 && rows.end >= height)
 		box_downscale(kept->pixels, &job->view, f);
 	else if (rows.first < rows.end)
 		box_downscale_rows(kept->pixels, &job->view, f, rows.first, rows.end);
@@ -513,8 +562,108 @@ job_scaled(struct capture_job *job, int32_t f, size_t size)
 	return kept->pixels;
 }
 
-/* The frames of `job`, one per factor: the worker's part, which touches no compositor
- * state. A frame the size of the buffer, upright as it is, is a plain copy: it keeps none. */
+/* Whether the factor-`f` frame of `job` is its view as it is (the upright buffer itself). */
+static bool
+job_is_view(const struct capture_job *job, int32_t f)
+{
+	return f == 1 && job->view.dx == 4 && job->view.dy > 0;
+}
+
+/* The packed frame of factor `f` an I420 frame is converted from, and its stride: the view
+ * itself, else the kept frame; NULL when none can be kept. */
+static const uint8_t *
+job_packed(struct capture_job *job, int32_t f, size_t *stride)
+{
+	if (job_is_view(job, f)) {
+		*stride = (size_t)job->view.dy;
+		return job->view.origin;
+	}
+	*stride = (size_t)frame_side(job->view.width, f) * 4;
+	return job_scaled(job, f);
+}
+
+/* The I420 frame of factor `f` made anew into `out`, kept nowhere; false when out of
+ * memory. */
+static bool
+job_i420_anew(uint8_t *out, struct capture_job *job, int32_t f, struct i420_size size)
+{
+	const int red = red_byte(job->buffer->format);
+	const int32_t width = frame_side(job->view.width, f);
+	uint8_t *packed;
+
+	if (job_is_view(job, f)) {
+		i420_convert_rows(out, size, job->view.origin, (size_t)job->view.dy, red, 0,
+				  size.height);
+		return true;
+	}
+	packed = malloc((size_t)width * 4 * (size_t)frame_side(job->view.height, f));
+	if (!packed)
+		return false;
+	box_downscale(packed, &job->view, f);
+	i420_convert_rows(out, size, packed, (size_t)width * 4, red, 0, size.height);
+	free(packed);
+	return true;
+}
+
+/* The kept I420 frame of `job`'s buffer for factor `f`, brought up to date: the row pairs of
+ * its dirty rows converted again, or all of it when it is new; NULL when none can be kept. */
+static const uint8_t *
+job_i420(struct capture_job *job, int32_t f, struct i420_size size)
+{
+	struct scaled_frame *kept;
+	struct box_rows rows;
+	const uint8_t *packed;
+	size_t stride;
+	bool fresh;
+
+	kept = job_kept(job, f, true, i420_bytes(size), &fresh);
+	if (!kept)
+		return NULL;
+	rows = fresh ? (struct box_rows){ 0, size.height }
+		     : box_rows_of(&job->view, f, kept->dirty.y1, kept->dirty.y2);
+	if (rows.first < rows.end) {
+		packed = job_packed(job, f, &stride);
+		if (!packed) {
+			free(kept->pixels);
+			kept->pixels = NULL;
+			return NULL;
+		}
+		i420_convert_rows(kept->pixels, size, packed, stride,
+				  red_byte(job->buffer->format), rows.first, rows.end);
+	}
+	kept->dirty = (struct fb_rows){ 0, 0 };
+	return kept->pixels;
+}
+
+/* The I420 frame of factor `f` of `job`; NULL when it has none (a side under 2) or out of
+ * memory. */
+static uint8_t *
+job_run_i420(struct capture_job *job, int32_t f)
+{
+	const struct i420_size size = i420_size_of(frame_side(job->view.width, f),
+						   frame_side(job->view.height, f));
+	const size_t bytes = i420_bytes(size);
+	const uint8_t *kept;
+	uint8_t *frame;
+
+	if (size.width == 0)
+		return NULL;
+	frame = malloc(bytes);
+	if (!frame)
+		return NULL;
+	kept = job_i420(job, f, size);
+	if (kept) {
+		memcpy(frame, kept, bytes);
+	} else if (!job_i420_anew(frame, job, f, size)) {
+		free(frame);
+		return NULL;
+	}
+	return frame;
+}
+
+/* The frames of `job`, one per factor and format: the worker's part, which touches no
+ * compositor state. A packed frame the size of the buffer, upright as it is, is a plain copy:
+ * it keeps none. */
 static void
 job_run(struct capture_job *job)
 {
@@ -522,18 +671,22 @@ job_run(struct capture_job *job)
 
 	for (k = 0; k < job->count; k++) {
 		const int32_t f = job->factor[k];
-		const size_t size = (size_t)((job->view.width + f - 1) / f) * 4 *
-				    (size_t)((job->view.height + f - 1) / f);
+		const size_t size = (size_t)frame_side(job->view.width, f) * 4 *
+				    (size_t)frame_side(job->view.height, f);
 		const uint8_t *kept;
 
+		if (job->i420[k]) {
+			job->frame[k] = job_run_i420(job, f);
+			continue;
+		}
 		job->frame[k] = malloc(size);
 		if (!job->frame[k])
 			continue;
-		if (f == 1 && job->view.dx == 4 && job->view.dy > 0) {
+		if (job_is_view(job, f)) {
 			box_downscale(job->frame[k], &job->view, f);
 			continue;
 		}
-		kept = job_scaled(job, f, size);
+		kept = job_scaled(job, f);
 		if (kept)
 			memcpy(job->frame[k], kept, size);
 		else
@@ -719,8 +872,19 @@ conn_factor(const struct conn *conn, const struct box_view *view)
 	return factor <= FACTOR_MAX ? factor : 0;
 }
 
-/* The job for the buffer `buf` weston just filled: one frame for each factor the waiting
- * connections need (up to JOB_FACTORS); NULL when none waits or out of memory. */
+/* The entry of `job` for frames of factor `f` in I420 or packed; job->count when none. */
+static int
+job_entry(const struct capture_job *job, int32_t f, bool i420)
+{
+	int k;
+
+	for (k = 0; k < job->count && (job->factor[k] != f || job->i420[k] != i420); k++)
+		;
+	return k;
+}
+
+/* The job for the buffer `buf` weston just filled: one frame for each factor and format the
+ * waiting connections need (up to JOB_FACTORS); NULL when none waits or out of memory. */
 static struct capture_job *
 job_create(struct capture_output *co, struct capture_buffer *buf)
 {
@@ -728,7 +892,6 @@ job_create(struct capture_output *co, struct capture_buffer *buf)
 	struct capture_job *job = calloc(1, sizeof *job);
 	struct conn *conn;
 	int32_t factor;
-	int k;
 
 	if (!job)
 		return NULL;
@@ -740,10 +903,10 @@ job_create(struct capture_output *co, struct capture_buffer *buf)
 	wl_list_for_each(conn, &layout->capture.conns, link) {
 		if (!waits_for(conn, co) || !(factor = conn_factor(conn, &job->view)))
 			continue;
-		for (k = 0; k < job->count && job->factor[k] != factor; k++)
-			;
-		if (k == job->count && job->count < JOB_FACTORS)
-			job->factor[job->count++] = factor;
+		if (job_entry(job, factor, conn->i420) == job->count && job->count < JOB_FACTORS) {
+			job->factor[job->count] = factor;
+			job->i420[job->count++] = conn->i420;
+		}
 	}
 	if (job->count == 0) {
 		free(job);
@@ -758,13 +921,26 @@ static bool
 send_frame(struct conn *conn, struct capture_job *job, int k, bool last)
 {
 	const int32_t f = job->factor[k];
-	const int32_t width = (job->view.width + f - 1) / f;
-	const int32_t height = (job->view.height + f - 1) / f;
-	const size_t stride = (size_t)width * 4;
-	const size_t size = stride * (size_t)height;
+	int32_t width = frame_side(job->view.width, f);
+	int32_t height = frame_side(job->view.height, f);
+	size_t stride = (size_t)width * 4;
+	size_t size = stride * (size_t)height;
+	const char *format = format_name(job->buffer->format);
 	uint8_t *pixels = job->frame[k];
 
 	conn->pending--;
+	if (job->i420[k]) {
+		const struct i420_size i420 = i420_size_of(width, height);
+
+		if (i420.width == 0)
+			return conn_printf(conn, "ERR io a %dx%d frame has no I420 form (a side "
+					   "under 2)\n", width, height);
+		width = i420.width;
+		height = i420.height;
+		stride = (size_t)width;
+		size = i420_bytes(i420);
+		format = "I420";
+	}
 	if (!pixels)
 		return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
 	if (last) {
@@ -775,8 +951,8 @@ send_frame(struct conn *conn, struct capture_job *job, int k, bool last)
 			return conn_printf(conn, "ERR io out of memory for %zu bytes\n", size);
 		memcpy(pixels, job->frame[k], size);
 	}
-	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride,
-			 format_name(job->buffer->format), size)) {
+	if (!conn_printf(conn, "FRAME %d %d %zu %s 0 %zu\n", width, height, stride, format,
+			 size)) {
 		free(pixels);
 		return false;
 	}
@@ -787,7 +963,7 @@ send_frame(struct conn *conn, struct capture_job *job, int k, bool last)
 }
 
 /* The worker is done with `job`: its frames go to the connections waiting for them (one
- * whose bound needs a factor the job lacks waits for the next capture), its buffer is free
+ * whose bound or format needs a frame the job lacks waits for the next capture), its buffer is free
  * for the next capture. */
 static void
 job_deliver(struct capturer *capturer, struct capture_job *job)
@@ -810,10 +986,9 @@ job_deliver(struct capturer *capturer, struct capture_job *job)
 	wl_list_for_each(conn, &layout->capture.conns, link) {
 		if (!waits_for(conn, co) || !(factor = conn_factor(conn, &job->view)))
 			continue;
-		for (k = 0; k < job->count; k++) {
-			if (job->factor[k] == factor)
-				users[k]++;
-		}
+		k = job_entry(job, factor, conn->i420);
+		if (k < job->count)
+			users[k]++;
 	}
 	wl_list_for_each_safe(conn, next, &layout->capture.conns, link) {
 		bool ok;
@@ -826,8 +1001,7 @@ job_deliver(struct capturer *capturer, struct capture_job *job)
 			ok = conn_printf(conn, "ERR io %dx%d does not fit %dx%d\n", job->view.width,
 					 job->view.height, conn->max_width, conn->max_height);
 		} else {
-			for (k = 0; k < job->count && job->factor[k] != factor; k++)
-				;
+			k = job_entry(job, factor, conn->i420);
 			if (k == job->count)
 				continue;
 			ok = send_frame(conn, job, k, --users[k] == 0);

@@ -11,20 +11,21 @@
 #define MAX_PENDING_FRAMES 16
 #define BOUND_MIN 16
 #define BOUND_MAX 16384
-/* The distinct factors one capture is filtered by; a connection wanting another waits for
- * the next capture. */
+/* The distinct factors and formats one capture is made in; a connection wanting another
+ * waits for the next capture. */
 #define JOB_FACTORS 4
 
 struct conn;
 struct layout;
 
 /* A frame the worker made from a capture buffer, kept with it so that the next frame of that
- * factor from that buffer refilters only the blocks of the rows filled since (a screen that
+ * factor and format from that buffer refilters only the blocks of the rows filled since (a screen that
  * barely changes costs barely anything). The worker touches it only while the buffer is
  * BUFFER_FILTERING, weston's thread only while it is not. */
 struct scaled_frame {
 	uint8_t *pixels;	/* NULL: none kept */
 	int32_t factor;
+	bool i420;		/* an I420 frame (i420.h), else packed like the buffer */
 	uint32_t transform;
 	struct fb_rows dirty;	/* the buffer's rows filled since it was made */
 };
@@ -67,7 +68,7 @@ struct capture_output {
 };
 
 /* One captured frame for the worker: the upright view of its buffer, and the frames made
- * from it, one per factor (NULL when out of memory). */
+ * from it, one per factor and format (NULL when out of memory). */
 struct capture_job {
 	struct capture_job *next;
 	struct capture_output *output;
@@ -76,6 +77,7 @@ struct capture_job {
 	struct box_view view;
 	int count;
 	int32_t factor[JOB_FACTORS];
+	bool i420[JOB_FACTORS];
 	uint8_t *frame[JOB_FACTORS];
 };
 

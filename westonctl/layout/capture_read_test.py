@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from libdisplay.compositor.layout import Frame, LayoutCapture, LayoutControl
+from tests.support import i420
 from tests.support import weston as weston_support
 from tests.support.layout import SolidClient
 from tests.support.layout_build import build_layout, layout_ini
@@ -155,3 +156,44 @@ def test_a_bounded_frame_refilters_the_rows_repainted(output: tuple[Path, Path, 
         _wait_for(capture, red, "red where the blue client was", bound)
         for _ in range(2):
             assert _planes(capture.frame("headless", bound)) == red
+
+
+
+@pytest.mark.parametrize("bound", [None, (214, 161)], ids=["whole", "factor-3"])
+def test_an_i420_frame_is_the_packed_frame_converted(
+    output: tuple[Path, Path, bool], bound: tuple[int, int] | None
+) -> None:
+    # Each I420 frame, kept with its buffer and converted again only in the row pairs
+    # repainted, equals the plain conversion of the packed frame of the same screen.
+    claim, capture_path, turned = output
+    upright = (SIZE[1], SIZE[0]) if turned else SIZE
+    red = _expected(upright, blue=False)
+    if bound is not None:
+        red = _box_filtered(red, upright, bound)
+
+    def both(capture: LayoutCapture) -> tuple[bytes, bytes]:
+        """The packed frame converted here, and the module's I420 frame after it."""
+        frame = capture.frame("headless", bound)
+        header = frame.header
+        want = i420.from_packed(frame.pixels, header.width, header.height, header.stride, red=2)
+        return want, bytes(capture.frame("headless", bound, i420=True).pixels)
+
+    with (
+        LayoutCapture(capture_path, timeout=WAIT_S) as capture,
+        SolidClient(claim, colour=RED),
+    ):
+        _wait_for(capture, red, "the red client", bound)
+        for when in ("red", "red from the other buffer"):
+            want, got = both(capture)
+            assert got == want, f"{when}: {_differing(got, want)} bytes differ"
+        all_red = want
+        with SolidClient(claim, colour=BLUE, size=RECT, honour_configure=False) as blue:
+            assert blue.shown.wait(WAIT_S), blue.error
+            for when in ("with blue", "with blue from the other buffer"):
+                want, got = both(capture)
+                assert want != all_red, f"{when}: the blue client is not in the frame"
+                assert got == want, f"{when}: {_differing(got, want)} bytes differ"
+
+
+def _differing(got: bytes, want: bytes) -> int:
+    return sum(a != b for a, b in zip(got, want, strict=False)) + abs(len(got) - len(want))

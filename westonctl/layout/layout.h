@@ -65,9 +65,10 @@ struct conn {
 	struct chunk *head, *tail;
 	size_t text_queued;
 	bool frame_in_flight;
-	/* capture only: the output and bound (0 x 0 for none) of the pending requests */
+	/* capture only: the output, bound (0 x 0 for none) and format of the pending requests */
 	char output[OUTPUT_NAME_MAX + 1];
 	int32_t max_width, max_height;
+	bool i420;
 	int pending;
 };
 

@@ -36,6 +36,7 @@ from libdisplay.compositor.layout import (
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.processes import running
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support import i420
 from tests.support import weston as weston_support
 from tests.support.hostile import Overflow, OverflowClient, region_flood
 from tests.support.layout import SolidClient, Wish, capture_attempt
@@ -107,16 +108,26 @@ def wait_frame(
     *,
     what: str,
     max_size: tuple[int, int] | None = None,
+    i420: bool = False,
 ) -> Frame:
     """Capture `output` until `check` holds; the last frame's failure is reported on timeout."""
     deadline = time.monotonic() + WAIT_S
     with LayoutCapture(capture_path, timeout=WAIT_S) as capture:
         while True:
-            frame = capture.frame(output, max_size)
+            frame = capture.frame(output, max_size, i420=i420)
             if check(frame):
                 return frame
             if time.monotonic() > deadline:
                 pytest.fail(f"{output}: {what} not seen within {WAIT_S:g} s")
+
+
+def all_one_i420(colour: tuple[int, int, int]) -> Callable[[Frame], bool]:
+    def check(frame: Frame) -> bool:
+        header = frame.header
+        return (header.pixel_format == "I420"
+                and frame.pixels == i420.solid(header.width, header.height, colour))
+
+    return check
 
 
 def all_one(colour: tuple[int, int, int]) -> Callable[[Frame], bool]:
@@ -797,6 +808,10 @@ def _asan_session(compositor: Compositor) -> SolidClient:
                     what=f"red over headless within {bound}",
                     max_size=bound,
                 )
+            # I420 frames, whole and at the factor above, kept beside the packed ones.
+            for bound in (None, (100, 100)):
+                wait_frame(compositor.capture, "headless", all_one_i420(RED),
+                           what=f"red I420 within {bound}", max_size=bound, i420=True)
             with _raw(compositor.capture) as sleeper, _raw(compositor.control) as huge:
                 sleeper.sendall(b"FRAME headless\n" * 20 + b"FRAME \x00\xff\n")
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -809,12 +824,16 @@ def _asan_session(compositor: Compositor) -> SolidClient:
             with contextlib.ExitStack() as stack:
                 socks = [stack.enter_context(_raw(compositor.claim_socket("a"))) for _ in range(34)]
                 assert sum(_wayland_answers(sock) for sock in socks) == 31
+            blue_y = i420.solid(2, 2, BLUE)[0]
             for how in ("popup", "subsurface"):
                 with OverflowClient(
                     compositor.claim_socket("a"), colour=BLUE, how=how, offset=(-20, -20)
                 ) as hostile:
                     wait_shown(hostile)
                     wait_frame(compositor.capture, "headless", all_one(BLUE), what="blue")
+                    # Converted again after the repaint, from the kept packed frame.
+                    wait_frame(compositor.capture, "headless", lambda f: f.pixels[0] == blue_y,
+                               what="blue I420", max_size=(100, 100), i420=True)
         _wait_clients(control, "claim-a", 0)
         assert control.remove_claim_socket("claim-a") is True
         # claim-b stays, with a client, so that shutdown tears both down.
