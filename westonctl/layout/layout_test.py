@@ -809,9 +809,9 @@ def _asan_session(compositor: Compositor) -> SolidClient:
                     max_size=bound,
                 )
             # I420 frames, whole and at the factor above, kept beside the packed ones.
-            for bound in (None, (100, 100)):
+            for i420_bound in (None, (100, 100)):
                 wait_frame(compositor.capture, "headless", all_one_i420(RED),
-                           what=f"red I420 within {bound}", max_size=bound, i420=True)
+                           what=f"red I420 within {i420_bound}", max_size=i420_bound, i420=True)
             with _raw(compositor.capture) as sleeper, _raw(compositor.control) as huge:
                 sleeper.sendall(b"FRAME headless\n" * 20 + b"FRAME \x00\xff\n")
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
