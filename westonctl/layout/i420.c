@@ -6,6 +6,11 @@
 
 #include "i420.h"
 
+/* This file's loops only; the box filter's run slower vectorized (boxfilter.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize")
+#endif
+
 struct i420_size
 i420_size_of(int32_t width, int32_t height)
 {
@@ -22,42 +27,74 @@ i420_bytes(struct i420_size size)
 	return luma + luma / 2;
 }
 
-static inline uint8_t
-luma(uint32_t r, uint32_t g, uint32_t b)
+/* A packed pixel read as one word: from a byte buffer at any alignment. */
+typedef uint32_t pixel_word __attribute__((may_alias, aligned(1)));
+
+/* Where byte `byte` of a pixel lies in its word, and its value. */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define BYTE_SHIFT(byte) (8 * (3 - (byte)))
+#else
+#define BYTE_SHIFT(byte) (8 * (byte))
+#endif
+#define CHANNEL(pixel, shift) (((pixel) >> (shift)) & 255u)
+
+/* The loops below take each pixel as one 32-bit word and the red and blue byte offsets as
+ * constants (convert_pair is instantiated for each): written so, gcc vectorizes them when
+ * asked to, and converts a 1080p frame in about half the time of byte loads with a
+ * run-time offset. */
+static inline __attribute__((always_inline)) void
+luma_row(uint8_t *restrict y, const pixel_word *restrict pixels, int32_t width, int red_shift,
+	 int blue_shift)
 {
-	return (uint8_t)((66 * r + 129 * g + 25 * b + 128 + (16 << 8)) >> 8);
+	int32_t i;
+
+	for (i = 0; i < width; i++) {
+		const uint32_t p = pixels[i];
+
+		y[i] = (uint8_t)((66 * CHANNEL(p, red_shift) + 129 * CHANNEL(p, BYTE_SHIFT(1)) +
+				  25 * CHANNEL(p, blue_shift) + 128 + (16 << 8)) >> 8);
+	}
+}
+
+/* U and V of each 2 x 2 block of rows `top` and `bottom`. */
+static inline __attribute__((always_inline)) void
+chroma_row(uint8_t *restrict u, uint8_t *restrict v, const pixel_word *restrict top,
+	   const pixel_word *restrict bottom, int32_t chroma_width, int red_shift, int blue_shift)
+{
+	int32_t i;
+
+	for (i = 0; i < chroma_width; i++) {
+		const uint32_t a = top[2 * i], b = top[2 * i + 1];
+		const uint32_t c = bottom[2 * i], d = bottom[2 * i + 1];
+		const uint32_t red = CHANNEL(a, red_shift) + CHANNEL(b, red_shift) +
+				     CHANNEL(c, red_shift) + CHANNEL(d, red_shift);
+		const uint32_t green = CHANNEL(a, BYTE_SHIFT(1)) + CHANNEL(b, BYTE_SHIFT(1)) +
+				       CHANNEL(c, BYTE_SHIFT(1)) + CHANNEL(d, BYTE_SHIFT(1));
+		const uint32_t blue = CHANNEL(a, blue_shift) + CHANNEL(b, blue_shift) +
+				      CHANNEL(c, blue_shift) + CHANNEL(d, blue_shift);
+
+		/* 128 << 10 and the half for rounding; -38 - 74 = -112, so the sum is >= 512. */
+		u[i] = (uint8_t)((112 * blue + 131584 - 38 * red - 74 * green) >> 10);
+		v[i] = (uint8_t)((112 * red + 131584 - 94 * green - 18 * blue) >> 10);
+	}
 }
 
 /* Row pair `pair` of the frame: two rows of Y, one of U and one of V. */
-static void
+static inline __attribute__((always_inline)) void
 convert_pair(uint8_t *out, struct i420_size size, const uint8_t *in, size_t stride, int red,
 	     int32_t pair)
 {
-	const int blue = 2 - red;
+	const int red_shift = BYTE_SHIFT(red), blue_shift = BYTE_SHIFT(2 - red);
 	const size_t luma_bytes = (size_t)size.width * (size_t)size.height;
 	const int32_t chroma_width = size.width / 2;
-	const uint8_t *top = in + (size_t)pair * 2 * stride;
-	const uint8_t *bottom = top + stride;
+	const pixel_word *top = (const pixel_word *)(in + (size_t)pair * 2 * stride);
+	const pixel_word *bottom = (const pixel_word *)(in + ((size_t)pair * 2 + 1) * stride);
 	uint8_t *y0 = out + (size_t)pair * 2 * (size_t)size.width;
-	uint8_t *y1 = y0 + size.width;
 	uint8_t *u = out + luma_bytes + (size_t)pair * (size_t)chroma_width;
-	uint8_t *v = u + luma_bytes / 4;
-	int32_t i;
 
-	for (i = 0; i < chroma_width; i++, top += 8, bottom += 8) {
-		const uint32_t r = (uint32_t)top[red] + top[4 + red] + bottom[red] + bottom[4 + red];
-		const uint32_t g = (uint32_t)top[1] + top[5] + bottom[1] + bottom[5];
-		const uint32_t b =
-			(uint32_t)top[blue] + top[4 + blue] + bottom[blue] + bottom[4 + blue];
-
-		y0[2 * i] = luma(top[red], top[1], top[blue]);
-		y0[2 * i + 1] = luma(top[4 + red], top[5], top[4 + blue]);
-		y1[2 * i] = luma(bottom[red], bottom[1], bottom[blue]);
-		y1[2 * i + 1] = luma(bottom[4 + red], bottom[5], bottom[4 + blue]);
-		/* 128 << 10 and the half for rounding; -38 - 74 = -112, so the sum is >= 512. */
-		u[i] = (uint8_t)((112 * b + 131584 - 38 * r - 74 * g) >> 10);
-		v[i] = (uint8_t)((112 * r + 131584 - 94 * g - 18 * b) >> 10);
-	}
+	luma_row(y0, top, size.width, red_shift, blue_shift);
+	luma_row(y0 + size.width, bottom, size.width, red_shift, blue_shift);
+	chroma_row(u, u + luma_bytes / 4, top, bottom, chroma_width, red_shift, blue_shift);
 }
 
 void
@@ -71,6 +108,10 @@ i420_convert_rows(uint8_t *out, struct i420_size size, const uint8_t *in, size_t
 		first = 0;
 	if (end > size.height)
 		end = size.height;
-	for (pair = first / 2; pair < (end + 1) / 2 && pair < pairs; pair++)
-		convert_pair(out, size, in, stride, red, pair);
+	for (pair = first / 2; pair < (end + 1) / 2 && pair < pairs; pair++) {
+		if (red == 0)
+			convert_pair(out, size, in, stride, 0, pair);
+		else
+			convert_pair(out, size, in, stride, 2, pair);
+	}
 }
