@@ -234,6 +234,30 @@ box_downscale_columns(uint8_t *out, const struct box_view *view, int32_t factor)
 	}
 }
 
+/* Writes rows [first, end) of the small framebuffer-oriented frame, held in `band`, where
+ * box_downscale_turned's `out` shows them: upright pixel (x, y) is small row x (counted from
+ * the bottom when view->dx < 0) and column y (from the right when view->dy < 0). Row by row
+ * of `out`, so that each write is a run of end - first pixels. */
+static void
+turn_band(uint8_t *out, const uint8_t *band, const struct box_view *view, int32_t small_width,
+	  int32_t small_height, int32_t first, int32_t end)
+{
+	const size_t band_stride = (size_t)small_width * 4;
+	int32_t r, y;
+
+	for (y = 0; y < small_width; y++) {
+		const int32_t column = view->dy > 0 ? y : small_width - 1 - y;
+		uint8_t *line = out + (size_t)y * (size_t)small_height * 4;
+
+		for (r = first; r < end; r++) {
+			const int32_t x = view->dx > 0 ? r : small_height - 1 - r;
+
+			memcpy(line + (size_t)x * 4,
+			       band + (size_t)(r - first) * band_stride + (size_t)column * 4, 4);
+		}
+	}
+}
+
 /*
  * For the 90 and 270 kinds when the factor divides both sides: every block is then the same
  * pixels whichever way the frame is turned, so this filters along framebuffer rows (at the
@@ -254,12 +278,10 @@ box_downscale_turned(uint8_t *out, const struct box_view *view, int32_t factor)
 				(view->dx < 0 ? (ptrdiff_t)(fb_height - 1) * stride : 0) -
 				(view->dy < 0 ? (ptrdiff_t)(fb_width - 1) * 4 : 0);
 	/* The small frame the framebuffer's rows filter to: small_height rows of small_width
-	 * pixels. Upright pixel (x, y) is its row x (counted from the bottom when dx < 0) and
-	 * column y (from the right when dy < 0); `out` is small_height pixels wide. */
+	 * pixels; `out` is small_height pixels wide (turn_band). */
 	const int32_t small_width = fb_width / factor, small_height = fb_height / factor;
-	const size_t small_stride = (size_t)small_width * 4;
-	uint8_t *band = malloc((size_t)BAND * small_stride);
-	int32_t first, end, r, y;
+	uint8_t *band = malloc((size_t)BAND * (size_t)small_width * 4);
+	int32_t first, end;
 
 	if (!band)
 		return false;
@@ -270,17 +292,7 @@ box_downscale_turned(uint8_t *out, const struct box_view *view, int32_t factor)
 
 		end = first + count;
 		box_downscale_rows(band, &rows, factor, 0, count);
-		for (y = 0; y < small_width; y++) {
-			const int32_t column = view->dy > 0 ? y : small_width - 1 - y;
-			uint8_t *line = out + (size_t)y * (size_t)small_height * 4;
-
-			for (r = first; r < end; r++) {
-				const int32_t x = view->dx > 0 ? r : small_height - 1 - r;
-
-				memcpy(line + (size_t)x * 4,
-				       band + (size_t)(r - first) * small_stride + (size_t)column * 4, 4);
-			}
-		}
+		turn_band(out, band, view, small_width, small_height, first, end);
 	}
 	free(band);
 	return true;

@@ -30,18 +30,20 @@ i420_bytes(struct i420_size size)
 /* A packed pixel read as one word: from a byte buffer at any alignment. */
 typedef uint32_t pixel_word __attribute__((may_alias, aligned(1)));
 
-/* Where byte `byte` of a pixel lies in its word, and its value. */
+/* Where byte `byte` of a pixel lies in its word (green is byte 1 in every format taken), and
+ * the byte at `shift` of a word. */
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define BYTE_SHIFT(byte) (8 * (3 - (byte)))
 #else
 #define BYTE_SHIFT(byte) (8 * (byte))
 #endif
+#define GREEN_SHIFT BYTE_SHIFT(1)
 #define CHANNEL(pixel, shift) (((pixel) >> (shift)) & 255u)
 
 /* The loops below take each pixel as one 32-bit word and the red and blue byte offsets as
  * constants (convert_pair is instantiated for each): written so, gcc vectorizes them when
- * asked to, and converts a 1080p frame in about half the time of byte loads with a
- * run-time offset. */
+ * asked to, and converts a 1080p frame in about 70% of the time of byte loads with a
+ * run-time offset (bench/frames). */
 static inline __attribute__((always_inline)) void
 luma_row(uint8_t *restrict y, const pixel_word *restrict pixels, int32_t width, int red_shift,
 	 int blue_shift)
@@ -51,7 +53,7 @@ luma_row(uint8_t *restrict y, const pixel_word *restrict pixels, int32_t width, 
 	for (i = 0; i < width; i++) {
 		const uint32_t p = pixels[i];
 
-		y[i] = (uint8_t)((66 * CHANNEL(p, red_shift) + 129 * CHANNEL(p, BYTE_SHIFT(1)) +
+		y[i] = (uint8_t)((66 * CHANNEL(p, red_shift) + 129 * CHANNEL(p, GREEN_SHIFT) +
 				  25 * CHANNEL(p, blue_shift) + 128 + (16 << 8)) >> 8);
 	}
 }
@@ -68,8 +70,8 @@ chroma_row(uint8_t *restrict u, uint8_t *restrict v, const pixel_word *restrict 
 		const uint32_t c = bottom[2 * i], d = bottom[2 * i + 1];
 		const uint32_t red = CHANNEL(a, red_shift) + CHANNEL(b, red_shift) +
 				     CHANNEL(c, red_shift) + CHANNEL(d, red_shift);
-		const uint32_t green = CHANNEL(a, BYTE_SHIFT(1)) + CHANNEL(b, BYTE_SHIFT(1)) +
-				       CHANNEL(c, BYTE_SHIFT(1)) + CHANNEL(d, BYTE_SHIFT(1));
+		const uint32_t green = CHANNEL(a, GREEN_SHIFT) + CHANNEL(b, GREEN_SHIFT) +
+				       CHANNEL(c, GREEN_SHIFT) + CHANNEL(d, GREEN_SHIFT);
 		const uint32_t blue = CHANNEL(a, blue_shift) + CHANNEL(b, blue_shift) +
 				      CHANNEL(c, blue_shift) + CHANNEL(d, blue_shift);
 
