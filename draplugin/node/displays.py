@@ -363,9 +363,10 @@ class Displays:
 
     async def watch(self, on_stale: Callable[[str], None]) -> None:
         """Follow this node's Displays (list, then watch; `libdisplay.kube.watch`) and call
-        `on_stale(name)` when one needs the operator: deleted (it is re-created), or its `spec`
-        edited (a generation its status has not observed). Events of the operator's own status
-        and label writes do not count. Until cancelled; raises the ApiCallError of a failure no
+        `on_stale(name)` when one needs the operator: deleted (it is re-created), its `spec`
+        edited (a generation its status has not observed), or come into this node's selection,
+        spec unobserved, by the operator's own create or label write. Other events of its own
+        writes do not count. Until cancelled; raises the ApiCallError of a failure no
         retry mends (403)."""
         self._on_stale = on_stale
         try:
@@ -390,8 +391,16 @@ class Displays:
         created = stored is None
         if stored is None:
             stored = await self._create(name, connector.device_name)
+            entered = True
         else:
-            stored = await self._label(name, stored, connector.device_name)
+            labelled = await self._label(name, stored, connector.device_name)
+            entered = labelled is not stored
+            stored = labelled
+        if entered and _spec_unobserved(stored):
+            # It entered the watch's selection through this write, whose event the cache
+            # takes as already seen (no wake-up); a derivation that read its spec from the API
+            # before found no Display to report to, so the operator acts on it now.
+            self._on_stale(name)
         old_status: JsonObject = dict(stored.get("status") or {})
         new_status = observed_status(self._node, card, connector, observed=observed)
         generation = (stored.get("metadata") or {}).get("generation")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -416,6 +416,59 @@ def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: FakeKube,
     hdmi = _get(fake, HDMI)
     assert hdmi["spec"] == {"mode": "1280x720@60"}
     assert hdmi["metadata"]["labels"][display.NODE_LABEL] == NODE
+
+
+class _HeldEvents:
+    """A watch source whose events wait for `release`: the writes' answers reach the cache
+    before the watch brings the same writes back."""
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+        self.what = source.what
+        self.release = asyncio.Event()
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        result: tuple[list[dict[str, Any]], str] = await self._source.list()
+        return result
+
+    async def watch(self, resource_version: str,
+                    timeout_s: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        async for event in self._source.watch(resource_version, timeout_s):
+            await self.release.wait()
+            yield event
+
+
+def test_a_display_that_enters_the_selection_by_the_operator_s_write_wakes_it(
+        fake: FakeKube, tmp_path: Path) -> None:
+    """A Display the operator creates, or one made by hand that it labels, comes into the
+    watch's selection with its spec unobserved; the watch takes the write's event as already
+    seen, so the write itself wakes the operator to act on the spec. A reported Display wakes
+    nothing on the next pass."""
+    cards = _machine(tmp_path)
+
+    async def scenario(client: AsyncClient) -> tuple[set[str], set[str]]:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        held = _HeldEvents(publisher.informer.source)
+        publisher.informer.source = held
+        woken: set[str] = set()
+        watcher = asyncio.create_task(publisher.watch(woken.add))
+        try:
+            await publisher.informer.synced.wait()
+            fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
+                         "metadata": {"name": HDMI}, "spec": {"mode": "1280x720@60"}})
+            await publisher.reconcile(cards)
+            first = set(woken)
+            for name in (HDMI, DP):
+                await publisher.report_spec(name, 1, APPLIED)
+            held.release.set()
+            woken.clear()
+            await publisher.reconcile(cards)
+            return first, woken
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    assert _run(fake, scenario) == ({HDMI, DP}, set())
 
 
 def test_held_writes_wait_until_let_go(fake: FakeKube, tmp_path: Path) -> None:
