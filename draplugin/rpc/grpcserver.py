@@ -39,6 +39,8 @@ import hyperframe.frame  # pants: no-infer-dep
 log = logging.getLogger(__name__)
 
 _READ_SIZE: Final = 65536
+# After the last answer, how long a stop waits for the client to close its end.
+_LINGER_S: Final = 1.0
 PREFIX: Final = struct.Struct(">?I")
 """Each gRPC message's prefix: compressed or not, then its length."""
 _MAX_MESSAGE: Final = 4 * 1024 * 1024
@@ -217,6 +219,7 @@ class _Connection:
         self._calls: set[threading.Thread] = set()
         self._closed = False
         self._refusing = False
+        self._ended = threading.Event()
 
     def serve(self) -> None:
         try:
@@ -229,7 +232,8 @@ class _Connection:
                     break
                 with self._changed:
                     self._handle(self._h2.receive_data(data))
-                    self._flush()
+                    if not self._closed:  # closing: this side's sending has ended
+                        self._flush()
         except (OSError, h2.exceptions.ProtocolError) as err:
             if not self._closed:
                 log.debug("gRPC connection ended: %s", err)
@@ -239,6 +243,7 @@ class _Connection:
                 self._open.clear()
                 self._changed.notify_all()
             self._sock.close()
+            self._ended.set()
             self._on_close(self)
 
     def stream_open(self, stream_id: int) -> bool:
@@ -260,12 +265,20 @@ class _Connection:
                 self._sock.sendall(goaway.serialize())
 
     def close(self, grace_s: float) -> None:
-        """Give the running calls `grace_s` seconds, then cut the connection."""
+        """Give the running calls `grace_s` seconds, then cut the connection. Once every call
+        has answered, only this side's sending ends first: the client reads the last answers,
+        and a frame it writes before reading them (a WINDOW_UPDATE, a PING's ack) does not
+        find the socket shut (EPIPE, which fails the answered calls too)."""
         with self._changed:
-            self._changed.wait_for(lambda: not self._calls or self._closed, timeout=grace_s)
+            answered = self._changed.wait_for(lambda: not self._calls or self._closed,
+                                              timeout=grace_s)
             self._closed = True
             self._open.clear()
             self._changed.notify_all()
+        if answered:
+            with contextlib.suppress(OSError):  # already shut
+                self._sock.shutdown(socket.SHUT_WR)
+            self._ended.wait(_LINGER_S)  # the reader sees the client close its end
         _shutdown(self._sock)  # ends the reader's recv()
 
     # --- on the reader's thread, holding the lock ---------------------------------------------

@@ -3,12 +3,17 @@ grpc-go but the same wire: answers, statuses, streams, flow control, cancellatio
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
+import h2.config  # pants: no-infer-dep
+import h2.connection  # pants: no-infer-dep
+import hpack  # pants: no-infer-dep
+import hyperframe.frame  # pants: no-infer-dep
 import pytest
 
 from draplugin.rpc import grpcserver
@@ -160,6 +165,66 @@ def test_stop_cuts_a_call_after_the_grace_and_refuses_new_ones(sock: Path) -> No
             release.set()
     assert outcome == [grpc.StatusCode.UNAVAILABLE]
     assert not sock.exists() or _refused(sock)
+
+
+def test_a_client_that_writes_before_reading_the_last_answer_still_gets_it(sock: Path) -> None:
+    """A stop after the last call answered ends the server's sending only: a frame the
+    client writes after the server's end but before it reads the answer (here a PING) is
+    taken, not refused with EPIPE, which a gRPC client would take as the transport failing
+    and fail the answered call with."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: Any, context: grpcserver.CallContext) -> bytes:
+        entered.set()
+        release.wait(WAIT_S)
+        return _serialize(REG.PluginInfo(name="display.liken.sh"))
+
+    server = serving(sock, {GET_INFO: grpcserver.unary(slow, REG.InfoRequest.FromString)})
+    client = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, header_encoding="utf-8"))
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stopping = threading.Thread(target=server.stop, args=(WAIT_S,))
+    try:
+        raw.settimeout(WAIT_S)
+        raw.connect(str(sock))
+        client.initiate_connection()
+        client.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", GET_INFO),
+                                (":authority", "localhost"), ("te", "trailers"),
+                                ("content-type", "application/grpc")])
+        body = _serialize(REG.InfoRequest())
+        client.send_data(1, grpcserver.PREFIX.pack(False, len(body)) + body, end_stream=True)
+        raw.sendall(client.data_to_send())
+        assert entered.wait(WAIT_S)
+        stopping.start()
+        release.set()
+        received = bytearray()
+        while chunk := raw.recv(65536):  # until the server's end
+            received += chunk
+        client.ping(b"8 bytes!")
+        raw.sendall(client.data_to_send())
+    finally:
+        release.set()
+        raw.close()
+        if stopping.is_alive():
+            stopping.join(WAIT_S)
+        server.stop(0.0)
+    assert _last_headers(bytes(received), stream_id=1).get("grpc-status") == "0"
+
+
+def _last_headers(data: bytes, *, stream_id: int) -> dict[str, str]:
+    """The header block that ended `stream_id` in the frames `data` holds (h2's client
+    state machine refuses every frame after a GOAWAY, so the frames are read one by one)."""
+    decoder, view = hpack.Decoder(), memoryview(data)
+    found: dict[str, str] = {}
+    while view:
+        frame, length = hyperframe.frame.Frame.parse_frame_header(view[:9])
+        frame.parse_body(view[9:9 + length])
+        view = view[9 + length:]
+        if isinstance(frame, hyperframe.frame.HeadersFrame):
+            block = {str(k): str(v) for k, v in decoder.decode(frame.data, raw=False)}
+            if frame.stream_id == stream_id and "END_STREAM" in frame.flags:
+                found = block
+    return found
 
 
 def _code(channel: grpc.Channel) -> grpc.StatusCode | None:
