@@ -95,8 +95,12 @@ def test_the_start_mode_example_applied_by_a_person_is_the_mode_after_a_roll(
     display = f"{NODE}.{monitor.device}"
     wait_for(lambda: node.control.person.get(DISPLAYS, display) is not None,
              what=f"the operator's Display {display}")
+    # Before the edit, not after: the running operator may apply it at once, live.
+    preferred = (monitor.modes[0].width, monitor.modes[0].height)
+    assert preferred != (1024, 768)
+    wait_for(lambda: output_size(node, monitor.output) == preferred,
+             what=f"{monitor.output} at the monitor's preferred mode")
     node.control.person.patch(DISPLAYS, display, {"spec": spec})
-    assert output_size(node, monitor.output) != (1024, 768)
     node.roll()
     wait_for(lambda: output_size(node, monitor.output) == (1024, 768),
              what=f"{monitor.output} started at the Display's spec.mode", timeout=120)
