@@ -387,16 +387,13 @@ class Displays:
 
     async def _reconcile(self, name: str, card: Card, connector: Connector,
                          observed: Observed) -> Result:
-        stored = await self._read(name)
-        created = stored is None
-        if stored is None:
+        read = await self._read(name)
+        created = read is None
+        if read is None:
             stored = await self._create(name, connector.device_name)
-            entered = True
         else:
-            labelled = await self._label(name, stored, connector.device_name)
-            entered = labelled is not stored
-            stored = labelled
-        if entered and _spec_unobserved(stored):
+            stored = await self._label(name, read, connector.device_name)
+        if stored is not read and _spec_unobserved(stored):
             # It entered the watch's selection through this write, whose event the cache
             # takes as already seen (no wake-up); a derivation that read its spec from the API
             # before found no Display to report to, so the operator acts on it now.

@@ -276,8 +276,7 @@ class _Connection:
             self._open.clear()
             self._changed.notify_all()
         if answered:
-            with contextlib.suppress(OSError):  # already shut
-                self._sock.shutdown(socket.SHUT_WR)
+            _shutdown(self._sock, socket.SHUT_WR)
             self._ended.wait(_LINGER_S)  # the reader sees the client close its end
         _shutdown(self._sock)  # ends the reader's recv()
 
@@ -431,6 +430,6 @@ def _decode(body: bytes, decode: Callable[[bytes], Any]) -> Any:
         raise _CallFailedError(Status.INTERNAL, f"cannot parse the request: {err}") from err
 
 
-def _shutdown(sock: socket.socket) -> None:
+def _shutdown(sock: socket.socket, how: int = socket.SHUT_RDWR) -> None:
     with contextlib.suppress(OSError):  # not connected, or already shut
-        sock.shutdown(socket.SHUT_RDWR)
+        sock.shutdown(how)
