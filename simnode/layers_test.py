@@ -25,7 +25,7 @@ def _imported(path: Path) -> set[str]:
 
 
 def _product_modules(package: str) -> list[Path]:
-    return sorted(p for p in (SIMNODE / package).glob("*.py")
+    return sorted(p for p in (SIMNODE / package).rglob("*.py")
                   if not p.name.endswith("_test.py") and p.name != "conftest.py")
 
 

@@ -87,13 +87,20 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
               help="Run each container from its built image under podman (one pod sharing a"
                    " PID namespace), not from the PEXes in bubblewrap; build them first with"
                    " deploy/images/build.sh.")
+@click.option("--cluster", type=click.Choice(["embedded", "local"]), default="embedded",
+              show_default=True,
+              help="embedded: the fast fake API server and simnode's own kubelet. local: a"
+                   " real Kubernetes 1.37 node on this machine (etcd, kube-apiserver,"
+                   " controllers, scheduler, containerd, kube-proxy, the kubelet; built from"
+                   " build-support/kube, cached), the images of deploy/images/build.sh, and"
+                   " the base applied with kubectl; needs root.")
 @click.option("--prometheus", is_flag=True,
               help="Also run Prometheus (Debian's) on 127.0.0.1:9090, scraping the node's"
                    " ports every 5 s with the alerts of deploy/overlays/monitoring: see"
                    " http://127.0.0.1:9090/classic/alerts while `simnode hang` runs.")
 def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                kubeconfig: Path | None, context: str | None, node_name: str,
-               images: bool, prometheus: bool) -> None:
+               images: bool, cluster: str, prometheus: bool) -> None:
     """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started.
 
     The node's Node object is labelled display.liken.sh/simulated=true and tainted
@@ -106,13 +113,22 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
     if images and kubeconfig is not None:
         raise click.BadParameter("--images runs the embedded cluster's pod; not with"
                                  " --kubeconfig", param_hint="--images")
+    if cluster == "local" and (kubeconfig is not None or images or prometheus):
+        raise click.BadParameter("--cluster local runs its own cluster from the images;"
+                                 " not with --kubeconfig, --images or --prometheus",
+                                 param_hint="--cluster")
     from simnode.cli import up  # the node's imports, only for `up`
 
     options = up.Options(layout=_layout(state_dir), dist=dist or checkout.default_dist(),
                          monitors=monitors, clean=clean, node_name=node_name,
                          kubeconfig=kubeconfig, context=context, images=images,
                          prometheus=prometheus)
-    up.run(options, sys.stdout)
+    if cluster == "local":
+        from simnode.cli import up_local
+
+        up_local.run(options, sys.stdout)
+    else:
+        up.run(options, sys.stdout)
 
 
 @cli.command("prerequisites")

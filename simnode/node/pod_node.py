@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -32,7 +30,7 @@ from typing import IO, Any, Final
 from fakekube.server import FakeKube
 from libdisplay.cdi import DRIVER
 from libdisplay.hardware.ddc_socket import MonitorServer
-from libdisplay.processes import Process, start, unix_socket_accepts
+from libdisplay.processes import Process, unix_socket_accepts
 from simnode.cluster import control
 from simnode.cluster.embedded import Embedded, PodCluster
 from simnode.kubelet.assemble import Assembler, Machine
@@ -47,11 +45,11 @@ from simnode.kubelet.volumes import PodVolumes, SecretVolumes
 from simnode.node import card, card_cdi
 from simnode.node.checkout import UpError, use_trixie_compositor
 from simnode.node.i2c import serve_monitors, stop_monitors
+from simnode.node.xvfb import start_xvfb
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S: Final = 120.0
-XVFB_SCREEN: Final = "4096x2160x24"
 # The pod's containers listen on the manifest's ports on the host's network: one pod-runner
 # node per machine at a time, the next one (a test beside another) waits for the lock.
 PORTS_LOCK: Final = Path("/tmp/simnode-pod-ports.lock")
@@ -306,20 +304,8 @@ class PodNode:
                             f" {self.config.logs / 'layout-build.log'}")
 
     def _start_xvfb(self) -> None:
-        read_fd, write_fd = os.pipe()
-        try:
-            self.xvfb = start(["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-                               XVFB_SCREEN, "-nolisten", "tcp", "-noreset"],
-                              log_path=self.config.logs / "xvfb.log", pass_fds=(write_fd,))
-        finally:
-            os.close(write_fd)
-        with os.fdopen(read_fd) as numbers:
-            readable, _, _ = select.select([numbers], [], [], START_TIMEOUT_S)
-            line = numbers.readline() if readable else ""
-        if not line.strip().isdecimal():
-            raise NodeError(f"Xvfb did not report its display: see {self.xvfb.log_path}")
-        self.display = f":{int(line)}"
-
+        self.xvfb, self.display = start_xvfb(self.config.logs / "xvfb.log",
+                                             timeout_s=START_TIMEOUT_S)
 
 
 def _lock(path: Path, *, timeout_s: float) -> IO[bytes]:

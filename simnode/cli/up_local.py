@@ -1,0 +1,53 @@
+"""`simnode up --cluster local`: the node on a real one-machine Kubernetes cluster
+(`simnode.cluster.local.node`), printed as `up` prints the embedded one: what it started,
+the kubeconfig a person's kubectl uses, `simnode: ready`; served until SIGINT/SIGTERM, then
+everything stopped and reaped."""
+
+from __future__ import annotations
+
+import time
+from typing import TextIO
+
+from libdisplay import fsutil
+from simnode.cli import report
+from simnode.cli.state import check_free
+from simnode.cli.up import Options, StartInterruptedError, _signals
+from simnode.cluster.local.components import K8S_VERSION
+from simnode.node.checkout import check_tools, repo_of
+from simnode.node.local_node import LocalConfig, LocalNode
+
+
+def run(options: Options, out: TextIO) -> None:
+    check_tools()
+    check_free(options.layout, clean=options.clean)
+    layout = options.layout
+    layout.root.mkdir(parents=True, exist_ok=True)
+    fsutil.atomic_write(layout.marker, "")
+    node = LocalNode(LocalConfig(state=layout.root, repo=repo_of(options.dist),
+                                 node_name=options.node_name, monitors=options.monitors))
+    started = time.monotonic()
+    with _signals() as signals:
+        try:
+            node.start()
+            assert node.cluster is not None
+            for process in node.cluster.processes:
+                print(f"{process.name}: pid {process.pid}, log {process.log_path}", file=out)
+            pod = node.operator_pod() or {}
+            print(f"node: {options.node_name} Ready (Kubernetes {K8S_VERSION}), "
+                  f"{options.monitors} simulated monitors", file=out)
+            print(f"operator pod: {pod.get('metadata', {}).get('name')} Running", file=out)
+            for what, seconds in node.timings.items():
+                print(f"took: {what} {seconds:.1f} s", file=out)
+            print(f"took: up to ready {time.monotonic() - started:.1f} s", file=out)
+            print(f"bin: {node.cluster.paths.bin} (kubectl, crictl, ctr)", file=out)
+            print(f"kubeconfig: {node.cluster.admin_kubeconfig}", file=out)
+            print(report.READY_LINE, file=out, flush=True)
+            signals.interrupting = False
+            signals.stop.wait()
+        except StartInterruptedError as exc:
+            print(f"simnode: {exc} while starting", file=out, flush=True)
+        finally:
+            signals.interrupting = False
+            print("simnode: stopping", file=out, flush=True)
+            node.stop()
+    print("simnode: stopped, no process left", file=out, flush=True)

@@ -1,0 +1,153 @@
+"""`simnode up --cluster local`: the simulated card on a real one-machine Kubernetes 1.37 node,
+and the operator deployed on it as a cluster owner deploys it.
+
+In order: the components built (cached) and the cluster started (`cluster.LocalCluster`); the
+simulated card (its sysfs tree, a DDC/CI monitor on each i2c socket, Xvfb for its screens);
+the pod's images from deploy/images/build.sh put into containerd at the manifests' names
+(`images`); liken's stand-in plugin registered with the kubelet (`liken`); then
+`kubectl apply -k deploy/overlays/local-node` (the base, images never pulled), and the
+operator's pod awaited: the real scheduler allocates its claim from the template, the real
+kubelet runs its four containers. `stop` undoes it all in reverse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from libdisplay import __version__
+from libdisplay.processes import Process
+from simnode.cluster.api import Access, Api
+from simnode.cluster.local import cluster, images
+from simnode.cluster.local.cluster import LocalCluster, LocalClusterError
+from simnode.cluster.local.components import Paths
+from simnode.node import card
+from simnode.node.i2c import serve_monitors, stop_monitors
+from simnode.node.liken_plugin import LikenPlugin
+from simnode.node.xvfb import start_xvfb
+
+log = logging.getLogger(__name__)
+
+OVERLAY: Final = Path("deploy") / "overlays" / "local-node"
+IMAGES_BUILD: Final = Path("deploy") / "images" / "build.sh"
+NAMESPACE: Final = "display-operator"
+POD_TIMEOUT_S: Final = 300.0
+CDI_DIR: Final = Path("/var/run/cdi")
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    state: Path
+    repo: Path
+    node_name: str
+    monitors: int
+    cache: Path = cluster.DEFAULT_CACHE
+
+
+class LocalNode:
+    def __init__(self, config: LocalConfig) -> None:
+        self.config = config
+        self.monitors = card.monitors(config.monitors)
+        self.cluster: LocalCluster | None = None
+        self.liken: LikenPlugin | None = None
+        self.xvfb: Process | None = None
+        self.servers: dict[str, Any] = {}
+        self.timings: dict[str, float] = {}
+
+    @property
+    def host(self) -> Path:
+        return self.config.state / "host"
+
+    @property
+    def logs(self) -> Path:
+        return self.config.state / "logs"
+
+    def _timed(self, what: str, step: Callable[[], object]) -> None:
+        started = time.monotonic()
+        step()
+        self.timings[what] = time.monotonic() - started
+        log.info("local node: %s in %.1f s", what, self.timings[what])
+
+    def start(self) -> None:
+        config = self.config
+        self.logs.mkdir(parents=True, exist_ok=True)
+        bin_dir = cluster.binaries(config.repo)
+        paths = Paths(state=config.state / "cluster", cache=config.cache / "kube", bin=bin_dir)
+        self.cluster = LocalCluster(paths, node=config.node_name)
+        cluster.clean_host()
+        self._timed("cluster up, node Ready", self.cluster.start)
+        card.write_card(self.host, self.monitors)
+        self.servers = serve_monitors(self.host, self.monitors)
+        self.xvfb, display = start_xvfb(self.logs / "xvfb.log", timeout_s=60)
+        self._timed("images in containerd", lambda: self._load_images(paths))
+        api = Api(Access.from_kubeconfig(self.cluster.admin_kubeconfig))
+        self.liken = LikenPlugin(api, node=config.node_name, host_root=self.host,
+                                 monitors=self.monitors, display=display, cdi_dir=CDI_DIR)
+        self.liken.start()
+        self._timed("base applied, operator Running", self._deploy)
+
+    def _load_images(self, paths: Paths) -> None:
+        tag = __version__
+        refs = {images.ensure_pause(self.config.repo): images.ensure_pause(self.config.repo)}
+        for name in self._pod_images():
+            built = f"{name.rsplit(':', 1)[0]}:{tag}"
+            if subprocess.run(["podman", "image", "exists", built],
+                              env=images.podman_env(self.config.repo), check=False).returncode != 0:
+                raise LocalClusterError(
+                    f"{built} is not built: run {self.config.repo / IMAGES_BUILD} first")
+            refs[name] = built
+        images.load(paths, self.config.repo, refs)
+
+    def _pod_images(self) -> list[str]:
+        assert self.cluster is not None
+        rendered = self.cluster.kubectl("kustomize", str(self.config.repo / OVERLAY)).stdout
+        found = []
+        for line in rendered.splitlines():
+            image = line.strip().removeprefix("image: ")
+            if image != line.strip() and image not in found:
+                found.append(image)
+        return found
+
+    def _deploy(self) -> None:
+        assert self.cluster is not None
+        self.cluster.kubectl("apply", "--server-side", "-k", str(self.config.repo / OVERLAY))
+        self.cluster.process("kubelet").wait_until(
+            self.operator_running, timeout=POD_TIMEOUT_S,
+            what="the operator's pod Running with its four containers")
+
+    def operator_pod(self) -> dict[str, Any] | None:
+        assert self.cluster is not None
+        pods = json.loads(self.cluster.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-l", "app=display-operator", "-o", "json",
+            timeout=20).stdout)["items"]
+        return pods[0] if pods else None
+
+    def operator_running(self) -> bool:
+        try:
+            pod = self.operator_pod()
+        except (LocalClusterError, subprocess.TimeoutExpired):
+            return False
+        if pod is None or pod["status"].get("phase") != "Running":
+            return False
+        states = {s["name"]: s["state"] for s in
+                  pod["status"].get("initContainerStatuses", []) +
+                  pod["status"].get("containerStatuses", [])}
+        return ("terminated" in states.get("declare", {})
+                and states["declare"]["terminated"].get("exitCode") == 0
+                and all("running" in states.get(c, {})
+                        for c in ("weston", "operator", "capture")))
+
+    def stop(self) -> None:
+        if self.liken is not None:
+            self.liken.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.xvfb is not None:
+            self.xvfb.stop()
+        stop_monitors(self.servers)

@@ -1,0 +1,113 @@
+"""The real-cluster tier: `simnode up --cluster local` as a person runs it, then read with the
+real kubectl through the kubeconfig it printed. A real kube-apiserver, controller-manager,
+scheduler, kube-proxy, containerd and kubelet 1.37 run the operator's pod from the base as an
+owner applies it (deploy/overlays/local-node: the base, images never pulled).
+
+Needs root, the components (build-support/kube/build: many minutes cold, cached after) and
+the images (deploy/images/build.sh), so it runs only with DISPLAY_OPERATOR_CLUSTER=1 (the
+"real cluster tier" phase of .ci/run sets it); there a missing tool fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.simnode_up import Sim, running
+
+pytestmark = pytest.mark.skipif(os.environ.get("DISPLAY_OPERATOR_CLUSTER") != "1",
+                                reason="the real-cluster tier: DISPLAY_OPERATOR_CLUSTER=1")
+
+NODE = "sim-node-1"
+CLUSTER_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                     "containerd", "containerd-shim-runc-v2", "kube-proxy", "kubelet")
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    with running(tmp_path_factory.mktemp("local"), "--cluster", "local") as sim:
+        yield sim
+
+
+def _kubectl(sim: Sim, *args: str) -> Any:
+    log = sim.process.log_text()
+    kubeconfig = re.findall(r"^kubeconfig: (\S+)$", log, re.M)[-1]
+    bin_dir = Path(re.findall(r"^bin: (\S+)", log, re.M)[-1])
+    done = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args,
+                           "-o", "json"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_node_is_the_real_kubelet_1_37_and_ready(node: Sim) -> None:
+    found = _kubectl(node, "get", "node", NODE)
+    assert found["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
+    assert found["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://v2.4.2"
+    ready = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True", found["status"]["conditions"]
+
+
+def test_the_operator_pod_runs_its_four_containers_in_order(node: Sim) -> None:
+    pods = _kubectl(node, "get", "pods", "-n", "display-operator")["items"]
+    assert len(pods) == 1
+    pod = pods[0]
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+    assert pod["spec"]["nodeName"] == NODE
+    init = {s["name"]: s for s in pod["status"]["initContainerStatuses"]}
+    assert init["declare"]["state"]["terminated"]["exitCode"] == 0
+    assert "running" in init["weston"]["state"]
+    main = {s["name"]: s for s in pod["status"]["containerStatuses"]}
+    assert set(main) == {"operator", "capture"}
+    assert all("running" in s["state"] for s in main.values()), main
+    # declare finished before weston started: the kubelet's order, not ours.
+    assert (init["declare"]["state"]["terminated"]["finishedAt"]
+            <= init["weston"]["state"]["running"]["startedAt"])
+
+
+def test_the_scheduler_allocated_the_operator_s_claim_from_liken_s_slice(node: Sim) -> None:
+    claims = _kubectl(node, "get", "resourceclaims", "-n", "display-operator")["items"]
+    assert len(claims) == 1
+    results = {r["request"]: r for r in
+               claims[0]["status"]["allocation"]["devices"]["results"]}
+    assert {r: (v["driver"], v["device"]) for r, v in results.items()} == {
+        "display": ("liken.sh", "card0"), "render": ("liken.sh", "renderD128"),
+        "wires": ("liken.sh", "card0-i2c")}
+
+
+def test_the_operator_publishes_its_monitors_in_a_resourceslice(node: Sim) -> None:
+    def published() -> list[str]:
+        slices = _kubectl(node, "get", "resourceslices")["items"]
+        return sorted(d["name"] for s in slices if s["spec"]["driver"] == "display.liken.sh"
+                      and s["spec"].get("nodeName") == NODE for d in s["spec"]["devices"])
+
+    node.wait(lambda: len(published()) == 3, timeout=120,
+              what="the display.liken.sh slice with three monitors")
+    assert published() == ["card0-dp-1", "card0-dp-2", "card0-hdmi-a-1"]
+
+
+def _running(names: tuple[str, ...]) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                comm = (proc / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names or comm[:15] in {n[:15] for n in names}:
+                found.append(f"{comm} ({proc.name})")
+    return found
+
+
+def test_stopping_up_stops_every_component_and_container(node: Sim) -> None:
+    assert _running(CLUSTER_PROCESSES)
+    node.process.stop(grace=120.0)
+    assert "simnode: stopped, no process left" in node.process.log_text()
+    assert _running(CLUSTER_PROCESSES) == []
