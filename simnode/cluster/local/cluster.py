@@ -123,12 +123,13 @@ class LocalCluster:
                   lambda: _get(components.SCHEDULER_HEALTHZ, context=_insecure())[0] == 200)
         self._run("containerd", components.containerd(paths),
                   lambda: unix_socket_accepts(components.CONTAINERD_SOCKET))
-        self._run("kube-proxy", components.proxy(paths, node=self.node),
-                  lambda: _get(components.PROXY_HEALTHZ)[0] == 200)
         self._run("kubelet", components.kubelet(paths, keys, node=self.node),
                   lambda: _get(components.KUBELET_HEALTHZ)[0] == 200)
         self.process("kubelet").wait_until(self.node_ready, timeout=NODE_READY_TIMEOUT_S,
                                            what=f"node {self.node} Ready")
+        # kube-proxy reports healthy only once its Node exists, as local-up-cluster starts it.
+        self._run("kube-proxy", components.proxy(paths, node=self.node),
+                  lambda: _get(components.PROXY_HEALTHZ)[0] == 200)
         log.info("local cluster: node %s Ready %.1f s after start", self.node,
                  time.monotonic() - started)
 
