@@ -5,6 +5,7 @@ client deadline, stopping)."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
@@ -221,8 +222,23 @@ def test_a_cancelled_health_stream_frees_its_worker_at_once(
         for _ in range(WORKERS + 1):  # one more than the workers: each must have been freed
             stream = _watch(channel, service)
             next(stream)
+            # Cancelled while the handler waits between messages, not before it resumes.
+            _wait_until(lambda: _handlers_running() == 1)
             stream.cancel()
+            _wait_until(lambda: _handlers_running() == 0)
         assert _get_info(channel).name == "display.liken.sh"
+
+
+def _handlers_running() -> int:
+    """Threads in a health stream's handler (a generator suspended at its yield is on none)."""
+    code = PluginServer._watch_resources.__code__
+    running = 0
+    for frame in sys._current_frames().values():
+        walk: Any = frame
+        while walk is not None and walk.f_code is not code:
+            walk = walk.f_back
+        running += walk is not None
+    return running
 
 
 def test_stop_ends_a_health_stream_within_the_grace(server: PluginServer) -> None:
