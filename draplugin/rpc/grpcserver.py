@@ -60,6 +60,7 @@ class Server:
         self._server = grpc.server(DaemonPool(workers, name="grpc-call"), handlers=handlers)
         self._sockets: list[tuple[Path, Path]] = []
         self._stopped = threading.Event()
+        self._done = threading.Event()  # grpc's, once `stop` has begun
 
     def add_unix_socket(self, path: Path) -> None:
         """Serve on `path` from `start` (whatever is there then is replaced)."""
@@ -76,18 +77,23 @@ class Server:
 
     def stop(self, grace_s: float) -> threading.Event:
         """Refuse new calls at once, give the calls running `grace_s` seconds, then cancel them
-        (their clients get UNAVAILABLE); remove the socket files. Returns the event set once
-        the calls have ended or been cancelled."""
-        done: threading.Event = self._server.stop(grace_s)
-        for hidden, path in self._sockets:
-            fsutil.remove(hidden)
-            fsutil.remove(path)
-        self._stopped.set()
-        return done
+        (their clients get UNAVAILABLE); remove the socket files. Returns at once, with the
+        event set once the calls have ended or been cancelled."""
+        if not self._stopped.is_set():
+            self._done = self._server.stop(grace_s)
+            self._stopped.set()
+            for hidden, path in self._sockets:
+                fsutil.remove(hidden)
+                fsutil.remove(path)
+        return self._done
 
     def wait(self) -> None:
-        """Until `stop` has begun. In slices of WAIT_SLICE_S: the kernel hands a process's
-        signal to any of its threads, and a main thread blocked in an untimed lock wait never
-        wakes to run Python's handler for it (SIGHUP's re-read, SIGTERM's stop)."""
+        """Until `stop` has begun and the calls running then have ended or been cut: a process
+        that returned sooner would end them with its exit. In slices of WAIT_SLICE_S: the
+        kernel hands a process's signal to any of its threads, and a main thread blocked in an
+        untimed lock wait never wakes to run Python's handler for it (SIGHUP's re-read,
+        SIGTERM's stop)."""
         while not self._stopped.wait(WAIT_SLICE_S):
+            pass
+        while not self._done.wait(WAIT_SLICE_S):
             pass

@@ -93,6 +93,36 @@ def test_stop_cuts_a_call_after_the_grace(sock: Path) -> None:
     assert outcome == [grpc.StatusCode.UNAVAILABLE]
 
 
+def test_wait_returns_once_the_call_running_at_stop_has_answered(sock: Path) -> None:
+    # The operator's main thread returns from wait and exits: a call still running then
+    # would die with the process before its grace.
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: bytes, context: Any) -> bytes:
+        entered.set()
+        release.wait(WAIT_S)
+        return b"done"
+
+    server = echo_server(slow)
+    server.add_unix_socket(sock)
+    server.start()
+    answers: list[bytes] = []
+    caller = threading.Thread(target=lambda: answers.append(call(sock)))
+    waiter = threading.Thread(target=server.wait)
+    caller.start()
+    try:
+        assert entered.wait(WAIT_S)
+        server.stop(WAIT_S)
+        waiter.start()
+        waiter.join(grpcserver.WAIT_SLICE_S * 3)
+        assert waiter.is_alive(), "wait returned while a call was running"
+    finally:
+        release.set()
+    waiter.join(WAIT_S)
+    caller.join(WAIT_S)
+    assert not waiter.is_alive() and answers == [b"done"]
+
+
 def test_at_most_the_workers_run_at_once_and_every_call_answers(sock: Path) -> None:
     gate, lock = threading.Event(), threading.Lock()
     running = [0, 0]  # now, most
