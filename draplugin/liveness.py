@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from draplugin.rpc import grpcclient, grpcmessages
+import grpc
+
+from libdisplay.proto import wire
 
 Check = Callable[[], tuple[bool, str]]
 """(alive, why) of one part."""
@@ -60,9 +62,14 @@ def _get_info(path: Path, timeout_s: float) -> str | None:
     """None when GetInfo on `path` answers within `timeout_s`, else why not."""
     if not path.is_socket():
         return "no socket there"
-    method = grpcmessages.method(grpcmessages.REGISTRATION_SERVICE, "GetInfo")
-    try:
-        grpcclient.call(path, method, grpcmessages.EMPTY, timeout_s=timeout_s)
-    except grpcclient.CallError as err:
-        return str(err)
+    reg = wire.REGISTRATION
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        get_info = channel.unary_unary(
+            wire.method(wire.REGISTRATION_SERVICE, "GetInfo"),
+            request_serializer=reg.InfoRequest.SerializeToString,
+            response_deserializer=reg.PluginInfo.FromString)
+        try:
+            get_info(reg.InfoRequest(), timeout=timeout_s)
+        except grpc.RpcError as err:
+            return f"{err.code().name} ({err.details()})"
     return None

@@ -3,7 +3,9 @@ PluginServer on its two unix sockets."""
 
 from __future__ import annotations
 
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,3 +67,24 @@ def test_a_stopped_server_fails_liveness(server: PluginServer) -> None:
     alive, why = grpc_answers(sockets, timeout_s=0.5)()
     assert not alive
     assert str(sockets[0]) in why
+
+
+@pytest.mark.parametrize(("listening", "code"), [(True, "DEADLINE_EXCEEDED"),
+                                                 (False, "UNAVAILABLE")],
+                         ids=["never-answers", "refuses"])
+def test_a_socket_that_does_not_answer_fails_liveness_within_the_timeout(
+        listening: bool, code: str) -> None:
+    # A wedged server: the kernel takes the connection and no one speaks; a dead one: the file
+    # is there and nothing listens.
+    with tempfile.TemporaryDirectory(prefix="live-", dir="/tmp") as root, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        path = Path(root) / "dra.sock"
+        silent.bind(str(path))
+        if listening:
+            silent.listen(1)
+        started = time.monotonic()
+        alive, why = grpc_answers([path], timeout_s=0.5)()
+        took = time.monotonic() - started
+    assert not alive
+    assert str(path) in why and code in why
+    assert took < 5.0

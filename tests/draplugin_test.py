@@ -93,10 +93,12 @@ def test_registration_and_socket_lifecycle(node: Node, fake: FakeKube, pex_root:
             "DRAPlugin", DRIVER, str(node.plugin_dir / "dra.sock")
         )
         assert list(info.supported_versions) == [
-            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"
+            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
         ]
         with Kubelet(node.registration_socket, driver=DRIVER) as kubelet:
-            assert kubelet.service == "v1.DRAPlugin"
+            assert (kubelet.service, kubelet.health_service) == (
+                "v1.DRAPlugin", "v1.DRAResourceHealth")
             assert kubelet.prepare([]) == {}
             # No compositor answers on this node, so every connected monitor is unhealthy.
             assert kubelet.health() == {HDMI: "UNHEALTHY", DP: "UNHEALTHY"}

@@ -19,21 +19,30 @@ def _load(name: str) -> Any:
 REGISTRATION: Final[Any] = _load("pluginregistration_pb2")
 DRA_V1: Final[Any] = _load("dra_v1_pb2")
 DRA_V1BETA1: Final[Any] = _load("dra_v1beta1_pb2")
+HEALTH_V1: Final[Any] = _load("dra_health_v1_pb2")
 HEALTH_V1ALPHA1: Final[Any] = _load("dra_health_v1alpha1_pb2")
 
 REGISTRATION_SERVICE: Final = "pluginregistration.Registration"
 DRA_V1_SERVICE: Final = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
 DRA_V1BETA1_SERVICE: Final = "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
+HEALTH_V1_SERVICE: Final = "v1.DRAResourceHealth"
 HEALTH_V1ALPHA1_SERVICE: Final = "v1alpha1.DRAResourceHealth"
 
-# What GetInfo advertises: `<proto package>.<service>`, the kubelet picks the first it knows.
-SUPPORTED_VERSIONS: Final = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+# What GetInfo advertises: `<proto package>.<service>`. The kubelet takes the first DRAPlugin it
+# knows, and of the health services the newest it knows (1.37 consumes v1, older ones v1alpha1).
+SUPPORTED_VERSIONS: Final = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                             "v1alpha1.DRAResourceHealth")
 PLUGIN_TYPE: Final = "DRAPlugin"
 
 # One module per DRA API version the plugin serves; both carry the same messages.
 DRA_VERSIONS: Final[dict[str, Any]] = {
     DRA_V1_SERVICE: DRA_V1,
     DRA_V1BETA1_SERVICE: DRA_V1BETA1,
+}
+# Likewise for the health stream's versions.
+HEALTH_VERSIONS: Final[dict[str, Any]] = {
+    HEALTH_V1_SERVICE: HEALTH_V1,
+    HEALTH_V1ALPHA1_SERVICE: HEALTH_V1ALPHA1,
 }
 
 

@@ -18,6 +18,8 @@ from libdisplay.proto import wire
 
 Version = Literal["v1", "v1beta1"]
 KUBELET_SERVICES: Final = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# A 1.37 kubelet's health services, newest first: it takes the first the plugin advertises.
+KUBELET_HEALTH_SERVICES: Final = (wire.HEALTH_V1_SERVICE, wire.HEALTH_V1ALPHA1_SERVICE)
 _SERVICES: Final = {"v1": wire.DRA_V1_SERVICE, "v1beta1": wire.DRA_V1BETA1_SERVICE}
 _MODULES: Final = {"v1": wire.DRA_V1, "v1beta1": wire.DRA_V1BETA1}
 CALL_TIMEOUT_S: Final = 45.0  # the kubelet's defaultClientCallTimeout
@@ -78,6 +80,8 @@ class Kubelet:
             raise KubeletError(f"none of {list(info.supported_versions)} is supported")
         self.info = info
         self.service = supported[0]
+        self.health_service = next(
+            (v for v in KUBELET_HEALTH_SERVICES if v in info.supported_versions), None)
         endpoint = Path(info.endpoint)
         if host_root is not None:
             endpoint = host_root / endpoint.relative_to("/")
@@ -127,10 +131,13 @@ class Kubelet:
         return {uid: entry.error for uid, entry in response.claims.items()}
 
     def health(self) -> dict[str, str]:
-        """The first message of the health stream: device name -> HEALTHY/UNHEALTHY/UNKNOWN."""
-        health = wire.HEALTH_V1ALPHA1
+        """The first message of the health stream, on the health service a 1.37 kubelet
+        picks: device name -> HEALTHY/UNHEALTHY/UNKNOWN."""
+        if self.health_service is None:
+            raise KubeletError("the plugin advertises no health service")
+        health = wire.HEALTH_VERSIONS[self.health_service]
         call = self._channel.unary_stream(
-            wire.method(wire.HEALTH_V1ALPHA1_SERVICE, "NodeWatchResources"),
+            wire.method(self.health_service, "NodeWatchResources"),
             request_serializer=_serialize,
             response_deserializer=health.NodeWatchResourcesResponse.FromString,
         )
