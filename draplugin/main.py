@@ -169,16 +169,15 @@ def checkpoint_cmd(plugin_dir: Path) -> None:
     Fails unless PLUGIN_DIR is the driver's: a directory holding its checkpoint or its dra.sock.
     A running driver with no claim prepared yet prints an empty checkpoint."""
     from draplugin.driver import checkpoint
-    from draplugin.settings import DRA_SOCKET
 
     path = checkpoint.path_in(plugin_dir)
     if not plugin_dir.is_dir():
         raise click.ClickException(
             f"plugin dir {plugin_dir} is not a directory (set --plugin-dir or PLUGIN_DIR)")
-    if not path.exists() and not (plugin_dir / DRA_SOCKET).exists():
+    if not path.exists() and not (plugin_dir / options.DRA_SOCKET).exists():
         raise click.ClickException(
             f"{plugin_dir} is not this driver's plugin dir: it holds neither {path.name} nor "
-            f"{DRA_SOCKET} (set --plugin-dir or PLUGIN_DIR)")
+            f"{options.DRA_SOCKET} (set --plugin-dir or PLUGIN_DIR)")
     try:
         click.echo(checkpoint.render(checkpoint.load(path)), nl=False)
     except checkpoint.CheckpointError as err:
