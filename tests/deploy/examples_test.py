@@ -210,8 +210,8 @@ def test_examples_have_selectors_to_check() -> None:
 @pytest.mark.parametrize(("where", "expression"), _selectors(), ids=[w for w, _ in _selectors()])
 def test_example_selectors_test_an_attribute_before_reading_it(where: str,
                                                                expression: str) -> None:
-    """A missing attribute is a CEL error that fails the allocation (docs/attributes.md): each
-    `device.attributes[D].NAME` is preceded by `"NAME" in device.attributes[D]`."""
+    """A missing attribute is a CEL error that fails the allocation (docs/guide/attributes.md):
+    each `device.attributes[D].NAME` is preceded by `"NAME" in device.attributes[D]`."""
     for found in _ATTRIBUTE_READ.finditer(expression):
         domain, name = found.groups()
         guard = f'"{name}" in device.attributes["{domain}"]'
