@@ -60,7 +60,7 @@ class _Recording(dict[str, str]):
     """An environment that remembers every name looked up in it."""
 
     def __init__(self, *args: object, **kwargs: str) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
         self.read: set[str] = set()
 
     def get(self, key: str, default: object = None) -> object:  # type: ignore[override]

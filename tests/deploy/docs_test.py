@@ -118,7 +118,7 @@ def test_displayconfig_page_lists_the_values_the_driver_accepts(
 @pytest.mark.parametrize("field", list(displayconfig.RANGES))
 def test_displayconfig_page_states_the_admission_ranges(field: str) -> None:
     low, high = displayconfig.RANGES[field]
-    assert f"integer {low}–{high}" in _table("displayconfig.md")[field][0]
+    assert f"integer {low}-{high}" in _table("displayconfig.md")[field][0]
 
 
 def test_displayconfig_page_covers_every_field() -> None:

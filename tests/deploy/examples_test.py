@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 import pytest
+import yaml
 
 from tests.deploy import displayconfig
 from tests.deploy.manifests import (
