@@ -11,13 +11,17 @@ command-line helpers (pathlib alone would bring urllib and ipaddress).
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from libdisplay.cli import VERSION, setup_logging
+from capture import environment
+from libdisplay.cli import VERSION, setup_logging, weston_config_option
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _DEFAULT_SOCKET = "/etc/weston/capture.sock"
-_DEFAULT_INI = "/etc/weston/weston.ini"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,18 +32,22 @@ def cli(verbose: int) -> None:
     setup_logging(verbose)
 
 
-@cli.command("capture")
+@cli.command("capture", epilog=environment.help_text())
 def capture_command() -> None:
-    """Serve HTTPS on CAPTURE_ADDR until SIGTERM."""
+    """Serve HTTPS on CAPTURE_ADDR until SIGTERM (the container's main mode).
+
+    Its settings are environment variables, listed below."""
     import asyncio
 
-    from capture.server import serve_forever
     from capture.settings import SettingsError, from_env
 
     try:
         settings = from_env()
     except SettingsError as exc:
+        # A usage error: its pointer to `capture capture --help` finds the settings listed.
         raise click.UsageError(str(exc)) from exc
+    from capture.server import serve_forever
+
     try:
         asyncio.run(serve_forever(settings))
     except ExceptionGroup:
@@ -48,17 +56,16 @@ def capture_command() -> None:
 
 
 @cli.command("outputs")
-@click.option("--weston-ini", type=click.Path(dir_okay=False), default=_DEFAULT_INI,
-              show_default=True, help="weston.ini whose [output] sections name the outputs.")
-def outputs_command(weston_ini: str) -> None:
+@weston_config_option("weston.ini whose [output] sections name the outputs (env WESTON_CONFIG).")
+def outputs_command(config: Path) -> None:
     """List the outputs weston.ini names, one a line."""
     from libdisplay.compositor.weston import WestonIni, WestonIniError
 
     try:
-        with open(weston_ini, encoding="utf-8") as file:
+        with open(config, encoding="utf-8") as file:
             ini = WestonIni.parse(file.read())
     except (OSError, WestonIniError) as exc:
-        raise click.ClickException(f"cannot read {weston_ini}: {exc}") from exc
+        raise click.ClickException(f"cannot read {config}: {exc}") from exc
     for output in ini.outputs:
         click.echo(output.name)
 

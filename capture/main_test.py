@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from capture.environment import ENVIRONMENT
 from capture.main import cli
 from libdisplay import __version__
 
@@ -41,14 +42,14 @@ def test_outputs_lists_the_ini_outputs(tmp_path: Path) -> None:
     ini = tmp_path / "weston.ini"
     ini.write_text("[core]\nshell=layout.so\n\n[output]\nname=HDMI-A-1\nmode=preferred\n\n"
                    "[output]\nname=DP-1\nmode=1920x1080\n")
-    result = CliRunner().invoke(cli, ["outputs", "--weston-ini", str(ini)], prog_name="capture")
+    result = CliRunner().invoke(cli, ["outputs", "--config", str(ini)], prog_name="capture")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == ["HDMI-A-1", "DP-1"]
 
 
 def test_outputs_names_an_unreadable_ini(tmp_path: Path) -> None:
     missing = tmp_path / "missing.ini"
-    result = CliRunner().invoke(cli, ["outputs", "--weston-ini", str(missing)])
+    result = CliRunner().invoke(cli, ["outputs", "--config", str(missing)])
     assert result.exit_code == 1
     assert f"cannot read {missing}" in result.output
 
@@ -58,3 +59,21 @@ def test_capture_without_node_name_is_a_usage_error(monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(cli, ["capture"])
     assert result.exit_code == 2
     assert "NODE_NAME" in result.output
+
+
+def test_capture_help_lists_every_setting_with_its_default() -> None:
+    result = CliRunner().invoke(cli, ["capture", "--help"], prog_name="capture")
+    assert result.exit_code == 0
+    for name, default, _ in ENVIRONMENT:
+        line = next((ln for ln in result.output.splitlines() if ln.split()[:1] == [name]), "")
+        assert f"[default: {default}]" in line, name
+
+
+def test_a_bad_capture_addr_is_named_and_points_to_the_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "n")
+    monkeypatch.setenv("CAPTURE_ADDR", "9201")
+    result = CliRunner().invoke(cli, ["capture"], prog_name="capture")
+    assert result.exit_code == 2
+    assert "CAPTURE_ADDR must be [HOST]:PORT, got '9201'" in result.output
+    assert "capture capture --help" in result.output

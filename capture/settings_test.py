@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from capture import settings
+from capture.environment import ENVIRONMENT
 from capture.settings import SettingsError
 
 
@@ -53,3 +54,40 @@ def test_everything_can_be_set() -> None:
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:
     with pytest.raises(SettingsError, match=names):
         settings.from_env(env)
+
+
+class _Recording(dict[str, str]):
+    """An environment that remembers every name looked up in it."""
+
+    def __init__(self, *args: object, **kwargs: str) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_help_lists_exactly_the_variables_read() -> None:
+    env = _Recording({"NODE_NAME": "n", "KUBECONFIG": "/k"})
+    settings.from_env(env)
+    assert env.read == {name for name, _, _ in ENVIRONMENT}
+
+
+def test_help_shows_the_defaults_from_env_uses() -> None:
+    shown = {name: default for name, default, _ in ENVIRONMENT}
+    got = settings.from_env({"NODE_NAME": "n"})
+    assert shown["CAPTURE_ADDR"] == settings.DEFAULT_ADDR
+    assert shown["CAPTURE_WESTON_INI"] == str(got.weston_ini)
+    assert shown["CAPTURE_TLS_DIR"] == str(got.tls_dir)
+    assert shown["CAPTURE_CARD"] == got.card
+    assert shown["CAPTURE_TOKEN_AUDIENCE"] == got.token_audience
+    assert [int(shown[n]) for n in ("CAPTURE_MAX_ENCODES", "CAPTURE_MAX_CONNECTIONS",
+                                    "CAPTURE_MAX_CONNECTIONS_PER_SOURCE", "CAPTURE_IDLE_TIMEOUT_S",
+                                    "CAPTURE_UNAUTHENTICATED_BURST")] == [
+        got.max_encodes, got.max_connections, got.max_connections_per_source,
+        got.idle_timeout_s, got.unauthenticated_burst]

@@ -135,17 +135,43 @@ def connectors(sysfs_root: Path, dev_root: Path, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=PathParam(dir_okay=False))
-def edid(files: tuple[Path, ...]) -> None:
-    """Decode EDID files: identity, name, preferred mode and every mode offered."""
-    from libdisplay.hardware.edid import EdidError, read_edid, summary
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON array, one object per file in argument order; a file that "
+              "failed has `error`.")
+def edid(files: tuple[Path, ...], as_json: bool) -> None:
+    """Decode EDID files: identity, name, preferred mode and every mode offered.
+
+    Exits 1 when a file cannot be read, is not an EDID, or is damaged (a bad checksum, an
+    extension count that does not match the blocks present); the reason goes to stderr."""
+    from libdisplay.hardware.edid import EdidError, json_record, read_edid, summary
 
     failed = False
+    records: list[dict[str, object]] = []
     for path in files:
         try:
-            click.echo(f"{path}:\n{summary(read_edid(path))}")
+            decoded = read_edid(path)
         except (OSError, EdidError) as err:
             click.echo(f"{path}: {err}", err=True)
+            records.append({"path": str(path), "error": str(err)})
             failed = True
+            continue
+        damage = []
+        if decoded.bad_checksum_blocks:
+            blocks = ", ".join(map(str, decoded.bad_checksum_blocks))
+            damage.append(f"bad checksum in block(s) {blocks}")
+        if decoded.extension_count_mismatch:
+            damage.append(f"extension count {decoded.declared_extensions} does not match the "
+                          f"{len(decoded.extensions)} extension block(s) present")
+        for reason in damage:
+            click.echo(f"{path}: {reason}", err=True)
+        failed = failed or bool(damage)
+        if as_json:
+            records.append({"path": str(path), **json_record(decoded),
+                            **({"error": "; ".join(damage)} if damage else {})})
+        else:
+            click.echo(f"{path}:\n{summary(decoded)}")
+    if as_json:
+        echo_json(records, indent=2)
     if failed:
         raise SystemExit(1)
 

@@ -164,11 +164,22 @@ def _this_pod() -> tuple[str, str] | None:
 @cli.command("checkpoint")
 @options.plugin_dir
 def checkpoint_cmd(plugin_dir: Path) -> None:
-    """Print the checkpoint of prepared claims (read-only)."""
+    """Print the checkpoint of prepared claims (read-only).
+
+    Fails unless PLUGIN_DIR is the driver's: a directory holding its checkpoint or its dra.sock.
+    A running driver with no claim prepared yet prints an empty checkpoint."""
     from draplugin.driver import checkpoint
 
+    path = checkpoint.path_in(plugin_dir)
+    if not plugin_dir.is_dir():
+        raise click.ClickException(
+            f"plugin dir {plugin_dir} is not a directory (set --plugin-dir or PLUGIN_DIR)")
+    if not path.exists() and not (plugin_dir / options.DRA_SOCKET).exists():
+        raise click.ClickException(
+            f"{plugin_dir} is not this driver's plugin dir: it holds neither {path.name} nor "
+            f"{options.DRA_SOCKET} (set --plugin-dir or PLUGIN_DIR)")
     try:
-        click.echo(checkpoint.render(checkpoint.load(checkpoint.path_in(plugin_dir))), nl=False)
+        click.echo(checkpoint.render(checkpoint.load(path)), nl=False)
     except checkpoint.CheckpointError as err:
         raise click.ClickException(str(err)) from err
 
@@ -176,11 +187,19 @@ def checkpoint_cmd(plugin_dir: Path) -> None:
 @cli.command("cdi")
 @options.cdi_dir
 def cdi_cmd(cdi_root: Path) -> None:
-    """List the claim UIDs that have a CDI spec of this driver (read-only)."""
+    """List the claim UIDs that have a CDI spec of this driver (read-only).
+
+    Fails unless CDI_ROOT is a directory; an empty list is said on stderr."""
     from libdisplay import cdi
 
-    for uid in cdi.list_specs(cdi_dir=cdi_root):
+    if not cdi_root.is_dir():
+        raise click.ClickException(
+            f"CDI root {cdi_root} is not a directory (set --cdi-root or CDI_ROOT)")
+    uids = cdi.list_specs(cdi_dir=cdi_root)
+    for uid in uids:
         click.echo(f"{uid}\t{cdi.spec_path(uid, cdi_dir=cdi_root)}")
+    if not uids:
+        click.echo(f"no CDI spec of this driver in {cdi_root}", err=True)
 
 
 # The read-only diagnosis subcommands (their module imports click alone).

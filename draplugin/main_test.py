@@ -33,6 +33,33 @@ def test_cdi_lists_this_drivers_specs_only(tmp_path: Path) -> None:
     assert shown.output == f"a1-uid\t{cdi.spec_path('a1-uid', cdi_dir=tmp_path)}\n"
 
 
+def test_checkpoint_of_a_running_driver_without_claims_is_empty(tmp_path: Path) -> None:
+    (tmp_path / "dra.sock").touch()
+    shown = CliRunner().invoke(cli, ["checkpoint", f"--plugin-dir={tmp_path}"])
+    assert (shown.exit_code, shown.output) == (0, checkpoint.render(checkpoint.EMPTY))
+
+
+def test_checkpoint_refuses_a_path_that_is_not_the_plugin_dir(tmp_path: Path) -> None:
+    missing = CliRunner().invoke(cli, ["checkpoint", f"--plugin-dir={tmp_path / 'nowhere'}"])
+    assert missing.exit_code == 1
+    assert f"plugin dir {tmp_path / 'nowhere'} is not a directory" in missing.output
+    other = CliRunner().invoke(cli, ["checkpoint", f"--plugin-dir={tmp_path}"])
+    assert other.exit_code == 1
+    assert "holds neither checkpoint.json nor dra.sock" in other.output
+
+
+def test_cdi_refuses_a_root_that_is_not_a_directory(tmp_path: Path) -> None:
+    shown = CliRunner().invoke(cli, ["cdi", f"--cdi-root={tmp_path / 'nonexistent'}"])
+    assert shown.exit_code == 1
+    assert f"CDI root {tmp_path / 'nonexistent'} is not a directory" in shown.output
+
+
+def test_cdi_says_so_when_no_spec_is_there(tmp_path: Path) -> None:
+    shown = CliRunner().invoke(cli, ["cdi", f"--cdi-root={tmp_path}"])
+    assert (shown.exit_code, shown.stdout) == (0, "")
+    assert f"no CDI spec of this driver in {tmp_path}" in shown.stderr
+
+
 def test_operator_refuses_an_unknown_fault_point(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["operator", "--node-name=n1", "--fault-point=nowhere", f"--plugin-dir={tmp_path}"]

@@ -6,7 +6,7 @@ through here."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -20,11 +20,18 @@ def path_option(flag: str, envvar: str, default: str, help_text: str) -> Callabl
                         type=PathParam(), help=f"{help_text} (env {envvar}).")
 
 
+# The DRA socket's name in the plugin dir (draplugin.settings uses it; here so `checkpoint`
+# can tell a plugin dir without importing the operator's settings).
+DRA_SOCKET: Final = "dra.sock"
 plugin_dir = path_option("--plugin-dir", "PLUGIN_DIR", "/var/lib/kubelet/plugins/display.liken.sh",
-                         "The plugin's dir: dra.sock and the checkpoint")
+                         f"The plugin's dir: {DRA_SOCKET} and the checkpoint")
 cdi_dir = path_option("--cdi-root", "CDI_ROOT", "/var/run/cdi", "Where CDI specs go")
-weston_config = path_option("--weston-config", "WESTON_CONFIG", "/etc/weston/weston.ini",
-                            "The weston.ini the operator regenerates")
+# `--config` / WESTON_CONFIG, as in declare, westonctl and capture (libdisplay.cli's
+# weston_config_option); the parameter keeps the name weston_config the commands read.
+weston_config = click.option(
+    "--config", "weston_config", envvar="WESTON_CONFIG", default="/etc/weston/weston.ini",
+    show_default=True, type=PathParam(dir_okay=False),
+    help="The weston.ini the operator regenerates (env WESTON_CONFIG).")
 container_runtime_dir = path_option("--container-runtime-dir", "CONTAINER_RUNTIME_DIR",
                                     "/var/run/display.liken.sh",
                                     "Where consumers' containers see the runtime dir")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from draplugin.node.settings import NodeSettings
+from draplugin.options import DRA_SOCKET
 from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube.access import Endpoint
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
 DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
-DRA_SOCKET: Final = "dra.sock"
 
 DeliveryKind = Literal["layout", "shared"]
 """How a claim gets its socket (`draplugin.driver.delivery`): the layout module's per-claim sockets,

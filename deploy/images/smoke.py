@@ -4,7 +4,8 @@
 
 - Image facts (facts.py): each image's size, base and packages, and the pod's weight; the four
   pod images and their variants hold no shell (`/bin/sh` cannot be run), and their binary
-  answers `--version`.
+  answers `--version`, by its entry point and by name on PATH; the operator image runs
+  `draplugin checkpoint` by name, as the README's `kubectl exec` line does.
 - The capture image starts with no Secret (an empty read-only mount), answers HTTPS /healthz
   from its self-signed leaf, and serves a Secret projected later without a restart
   (capture_tls.py); its ffmpeg encodes raw frames from stdin as a clip does (capture_clip.py).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repo's packages by their names
@@ -37,6 +39,30 @@ def check_version(image: str) -> str:
     return done.stdout.strip()
 
 
+# The binary each pod image runs: on PATH by name, as `kubectl exec ... -- <binary>` needs it.
+BINARY_OF = {"display-declare": "declare", "display-weston": "westonctl",
+             "display-weston-gl": "westonctl", "display-operator": "draplugin",
+             "display-capture": "capture", "display-capture-amd": "capture"}
+PLUGIN_DIR = "/var/lib/kubelet/plugins/display.liken.sh"
+
+
+def check_on_path(image: str, binary: str) -> str:
+    done = podman("run", "--rm", "--cap-drop=ALL", "--entrypoint", binary, image, "--version")
+    return done.stdout.strip()
+
+
+def check_exec_checkpoint(image: str) -> str:
+    """The README's `kubectl exec POD -c operator -- draplugin checkpoint`, on a plugin dir
+    holding a dra.sock and no claim yet: an empty checkpoint, exit 0."""
+    with tempfile.TemporaryDirectory(prefix="smoke-plugin-") as tmp:
+        (Path(tmp) / "dra.sock").touch()
+        done = podman("run", "--rm", "--cap-drop=ALL", "-v", f"{tmp}:{PLUGIN_DIR}:ro",
+                      "--entrypoint", "draplugin", image, "checkpoint")
+    if '"claims"' not in done.stdout:
+        raise SmokeError(f"draplugin checkpoint printed no checkpoint: {done.stdout!r}")
+    return "draplugin checkpoint by name: an empty checkpoint"
+
+
 def _say(line: str) -> None:
     print(line, flush=True)
 
@@ -52,6 +78,9 @@ def run(registry: str, tag: str, *, consumer: bool) -> None:
             if f.has_shell:
                 raise SmokeError(f"{f.image} runs /bin/sh: a pod image must hold no shell")
             _say(f"{repository}: no shell; --version: {check_version(f.image)}")
+            _say(f"{repository}: on PATH: {check_on_path(f.image, BINARY_OF[repository])}")
+    operator = image_name(registry, "display-operator", tag)
+    _say(f"display-operator: {check_exec_checkpoint(operator)}")
     capture = image_name(registry, "display-capture", tag)
     for line in capture_tls.check_secret_rotation(capture):
         _say(f"display-capture: {line}")

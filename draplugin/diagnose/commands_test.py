@@ -117,7 +117,7 @@ def test_ddc_exits_1_when_the_monitor_does_not_answer(tree: Path) -> None:
 def test_weston_ini_is_the_operators_and_nothing_is_written(tree: Path) -> None:
     before = _files(tree)
     etc = tree / "etc"
-    shown = _run("dry-run", "weston-ini", *_tree_args(tree), f"--weston-config={etc}/weston.ini",
+    shown = _run("dry-run", "weston-ini", *_tree_args(tree), f"--config={etc}/weston.ini",
                  f"--runtime-dir={tree}/run")
     assert shown.exit_code == 0, shown.stderr
     assert "[output]\nname=HDMI-A-1\nmode=1920x1080@60" in shown.stdout

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import click
 
+from libdisplay import __version__
 from simnode.cli import commands
 from simnode.cli.clients import ClientError
 from simnode.cli.state import NODE_NAME, Layout, StateError
@@ -38,12 +39,15 @@ def state_dir_option(func: F) -> F:
     )
     return option(func)
 
+PROG = "simnode"
+
 
 def _layout(state_dir: Path) -> Layout:
     return Layout(state_dir.absolute())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name=PROG)
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def cli(verbose: bool) -> None:
     """A simulated display node: simulated card, real weston, the operator, a fake cluster."""
@@ -224,14 +228,15 @@ def roll_command(state_dir: Path) -> None:
 
 def main() -> None:
     try:
-        cli(standalone_mode=False)
+        # Named, or click calls it `python -m simnode.cli.main` when run as a module.
+        cli(prog_name=PROG, standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except USER_ERRORS as exc:
-        print(f"simnode: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         sys.exit(1)
 
 

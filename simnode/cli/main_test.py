@@ -3,11 +3,14 @@ refused before anything starts."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from libdisplay import __version__
 from simnode.cli.main import cli
 from simnode.kubelet.node_object import SIMULATED_LABEL
 
@@ -45,3 +48,17 @@ def test_up_refuses_options_before_starting(tmp_path: Path, args: list[str],
     assert result.exit_code == 2
     assert expected in result.output
     assert not (tmp_path / "node").exists()
+
+
+def test_names_itself_simnode_when_run_as_a_module() -> None:
+    """`python -m simnode.cli.main --help` (the PEX runs main()) says `simnode`, not the module."""
+    result = subprocess.run([sys.executable, "-m", "simnode.cli.main", "--help"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: simnode [OPTIONS] COMMAND"), result.stdout
+
+
+def test_version_is_the_library_version() -> None:
+    result = subprocess.run([sys.executable, "-m", "simnode.cli.main", "--version"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert (result.returncode, result.stdout) == (0, f"simnode, version {__version__}\n")

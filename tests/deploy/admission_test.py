@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from draplugin.driver import claimconfig
 from libdisplay.hardware.modes import ModeError, parse_mode
 from tests.deploy import cel, displayconfig
 from tests.deploy.cases import BAD, BASE, DRIVER, GOOD, NODE_CLAIM, SLICE_WRITES
@@ -167,10 +168,10 @@ def test_claim_policy_integer_bounds_are_the_models(field: str) -> None:
     assert bounds is not None and (int(bounds[1]), int(bounds[2])) == displayconfig.RANGES[field]
 
 
-def test_claim_policy_input_length_is_the_models() -> None:
-    expr = _variables(CLAIM_POLICY)["badInput"]
-    bounds = re.search(r"size\(p\.input\) >= (\d+) && size\(p\.input\) <= (\d+)", expr)
-    assert bounds is not None and (int(bounds[1]), int(bounds[2])) == displayconfig.INPUT_LENGTH
+def test_claim_policy_input_names_are_the_models() -> None:
+    assert cel.string_arguments(_variables(CLAIM_POLICY)["badInput"], "matches") == [
+        displayconfig.INPUT_PATTERN
+    ]
 
 
 def test_every_rule_of_the_model_has_a_validation() -> None:
@@ -327,3 +328,38 @@ def test_slice_policy_covers_every_write() -> None:
         ["resourceslices"],
         ["CREATE", "DELETE", "UPDATE"],
     )
+
+
+# --- The driver's decoding against the model --------------------------------------------------
+
+# Cases admission refuses although the driver's decoding would take them: the driver strips
+# blanks around a mode. Admission may be stricter than the driver, never looser.
+STRICTER_AT_ADMISSION = {"mode trailing newline"}
+
+
+@pytest.mark.parametrize("params", GOOD.values(), ids=list(GOOD))
+def test_driver_decodes_what_admission_lets_through(params: dict[str, Any]) -> None:
+    """A claim admission lets through must not fail at prepare on its parameters' shape."""
+    claimconfig.decode({**BASE, **params}, source="case")
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_driver_refuses_what_admission_refuses(case: str) -> None:
+    params = BAD[case][0]
+    if case in STRICTER_AT_ADMISSION:
+        claimconfig.decode(params, source="case")
+        return
+    with pytest.raises(claimconfig.ClaimConfigError):
+        claimconfig.decode(params, source="case")
+
+
+@pytest.mark.parametrize("power", claimconfig.POWER_STATES)
+def test_every_power_state_the_driver_writes_passes_admission(power: str) -> None:
+    assert displayconfig.violations({**BASE, "power": power}) == []
+
+
+@pytest.mark.parametrize("name", claimconfig.INPUTS)
+def test_every_input_name_the_driver_knows_passes_admission_in_any_case(name: str) -> None:
+    for spelling in (name, name.lower(), name.upper()):
+        assert displayconfig.violations({**BASE, "input": spelling}) == []
+        assert claimconfig.decode({**BASE, "input": spelling}, source="case").input == name

@@ -25,11 +25,14 @@ GOOD = {
     "scale bounds": {"scale": 4},
     "brightness zero": {"brightness": 0},
     "contrast full": {"contrast": 100},
-    "input": {"input": "hdmi1"},
+    "input": {"input": "HDMI-1"},
+    "input in another case": {"input": "displayport-2"},
     "power standby": {"power": "standby"},
+    "power suspend": {"power": "suspend"},
+    "power off": {"power": "off"},
     "all fields": {
         "mode": "1280x720@50", "transform": "rotate-90", "scale": 1, "brightness": 55,
-        "contrast": 45, "input": "dp1", "power": "on",
+        "contrast": 45, "input": "DisplayPort-1", "power": "on",
     },
 }  # fmt: skip
 BAD = {
@@ -59,7 +62,12 @@ BAD = {
     "input empty": ({**BASE, "input": ""}, ["badInput"]),
     "input as number": ({**BASE, "input": 17}, ["badInput"]),
     "input too long": ({**BASE, "input": "x" * 65}, ["badInput"]),
+    "input without its dash": ({**BASE, "input": "hdmi1"}, ["badInput"]),
+    "input with a prefix": ({**BASE, "input": "xHDMI-1"}, ["badInput"]),
+    "input with a suffix": ({**BASE, "input": "HDMI-10"}, ["badInput"]),
     "power unknown": ({**BASE, "power": "sleep"}, ["badPower"]),
+    "power hard off": ({**BASE, "power": "off-hard"}, ["badPower"]),
+    "power capitalised": ({**BASE, "power": "On"}, ["badPower"]),
     "power as bool": ({**BASE, "power": True}, ["badPower"]),
     "two bad fields": ({**BASE, "mode": "big", "contrast": 101}, ["badMode", "badContrast"]),
 }

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from draplugin.driver.claimconfig import INPUTS, POWER_STATES
+
 API_VERSION = "display.liken.sh/v1alpha1"
 KIND = "DisplayConfig"
 FIELDS = (
@@ -29,10 +31,12 @@ TRANSFORMS = (
     "flipped-rotate-180",
     "flipped-rotate-270",
 )
-POWER = ("on", "standby", "off")
+# The driver's names, stated once there: admission must accept every value the driver does.
+POWER = POWER_STATES
 # Inclusive integer bounds.
 RANGES = {"scale": (1, 4), "brightness": (0, 100), "contrast": (0, 100)}
-INPUT_LENGTH = (1, 64)
+# Any case of the driver's input source names (MCCS VCP 0x60), as CEL's RE2 `matches` reads it.
+INPUT_PATTERN = f"(?i)^({'|'.join(INPUTS)})$"
 
 
 def _is_int(value: object) -> bool:
@@ -64,7 +68,7 @@ def violations(params: Any) -> list[str]:
         if field in params and not (_is_int(params[field]) and low <= params[field] <= high):
             broken.append(f"bad{field.capitalize()}")
     if "input" in params and not (
-        _is_string(params["input"]) and INPUT_LENGTH[0] <= len(params["input"]) <= INPUT_LENGTH[1]
+        _is_string(params["input"]) and re.search(INPUT_PATTERN, params["input"])
     ):
         broken.append("badInput")
     if "power" in params and not (_is_string(params["power"]) and params["power"] in POWER):

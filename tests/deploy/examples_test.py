@@ -7,12 +7,22 @@ rules' model, and each example's point is checked on its objects.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy import displayconfig
-from tests.deploy.manifests import DEPLOY, Doc, find, render
+from tests.deploy.manifests import (
+    DEPLOY,
+    OPERATOR_RENDERINGS,
+    Doc,
+    all_containers,
+    find,
+    render,
+    split_image,
+)
 
 EXAMPLES = sorted(
     p.name for p in (DEPLOY / "examples").glob("*.yaml") if p.name != "kustomization.yaml"
@@ -111,7 +121,8 @@ def test_transcoder_encodes_on_the_gpu_or_fails() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "name"),
-    [("Deployment", "lobby-kiosk"), ("Pod", "video-wall"), ("Job", "transcode-lobby-loop")],
+    [("Deployment", "lobby-kiosk"), ("Pod", "video-wall"), ("Job", "transcode-lobby-loop"),
+     ("Pod", "hello-screen")],
 )
 def test_consumers_need_no_privilege(kind: str, name: str) -> None:
     contexts = [c["securityContext"] for c in _pod_spec(kind, name)["containers"]]
@@ -129,3 +140,78 @@ def test_consumers_reach_monitors_only_through_the_operators_class() -> None:
         for request in spec["devices"]["requests"]
     }
     assert classes == {"display.liken.sh"}
+
+
+# --- Runnable as shipped ---------------------------------------------------------------------
+
+POD_KINDS = {"Pod", "Deployment", "Job", "DaemonSet", "StatefulSet"}
+
+
+def _pod_specs() -> list[tuple[str, Doc]]:
+    return [(f"{d['kind']}/{d['metadata']['name']}",
+             d["spec"] if d["kind"] == "Pod" else d["spec"]["template"]["spec"])
+            for d in render("examples") if d["kind"] in POD_KINDS]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_parses_on_its_own(example: str) -> None:
+    """Each file is applied alone (`kubectl apply -f FILE`): YAML objects with a kind."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "examples" / example).read_text()) if d]
+    assert docs and all({"apiVersion", "kind", "metadata"} <= set(d) for d in docs)
+
+
+def test_examples_run_only_images_the_project_ships() -> None:
+    """No `registry.example.com`: each image is one the base or an overlay runs."""
+    shipped = {split_image(c["image"])[0] for r in OPERATOR_RENDERINGS for c in all_containers(r)}
+    used = {(where, split_image(c["image"])[0]) for where, spec in _pod_specs()
+            for c in [*spec.get("initContainers", []), *spec["containers"]]}
+    assert {(where, image) for where, image in used if image not in shipped} == set()
+
+
+def test_every_claim_and_volume_claim_an_example_names_is_defined() -> None:
+    docs = render("examples")
+    defined = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    missing = []
+    for where, spec in _pod_specs():
+        for claim in spec.get("resourceClaims", []):
+            if "resourceClaimTemplateName" in claim:
+                wanted = ("ResourceClaimTemplate", claim["resourceClaimTemplateName"])
+            else:
+                wanted = ("ResourceClaim", claim["resourceClaimName"])
+            if wanted not in defined:
+                missing.append((where, *wanted))
+        for volume in spec.get("volumes", []):
+            if "persistentVolumeClaim" in volume:
+                wanted = ("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+                if wanted not in defined:
+                    missing.append((where, *wanted))
+        for container in spec["containers"]:
+            names = {c["name"] for c in spec.get("resourceClaims", [])}
+            for claim in container.get("resources", {}).get("claims", []):
+                if claim["name"] not in names:
+                    missing.append((where, "pod resourceClaims entry", claim["name"]))
+    assert missing == []
+
+
+_ATTRIBUTE_READ = re.compile(r'device\.attributes\["([^"]+)"\]\.([A-Za-z_][A-Za-z0-9_]*)')
+
+
+def _selectors() -> list[tuple[str, str]]:
+    return [(f"{name}/{request['name']}", selector["cel"]["expression"])
+            for name, spec in _claim_specs() for request in spec["devices"]["requests"]
+            for selector in request["exactly"].get("selectors", [])]
+
+
+def test_examples_have_selectors_to_check() -> None:
+    assert _selectors()
+
+
+@pytest.mark.parametrize(("where", "expression"), _selectors(), ids=[w for w, _ in _selectors()])
+def test_example_selectors_test_an_attribute_before_reading_it(where: str,
+                                                               expression: str) -> None:
+    """A missing attribute is a CEL error that fails the allocation (docs/guide/attributes.md):
+    each `device.attributes[D].NAME` is preceded by `"NAME" in device.attributes[D]`."""
+    for found in _ATTRIBUTE_READ.finditer(expression):
+        domain, name = found.groups()
+        guard = f'"{name}" in device.attributes["{domain}"]'
+        assert guard in expression[: found.start()], f"{where}: {name} read unguarded"

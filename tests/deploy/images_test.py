@@ -15,14 +15,16 @@ import pytest
 
 from capture import encode
 from capture.encode import EncoderChoice
-from deploy.images import capture_tls, cli_checks
+from deploy.images import capture_tls, cli_checks, smoke
 from libdisplay.compositor.layout import FrameHeader
 from tests.deploy.manifests import (
     IMAGES,
     base_packages,
     build_plan,
     container,
+    dockerfile,
     env,
+    json_list,
     split_image,
 )
 
@@ -192,3 +194,30 @@ def test_the_images_ffmpeg_has_every_component_capture_asks_for(argv: list[str])
                for s in [argv[i + 1]]}
     assert _filters(argv) | sources | {"scale"} <= _configured("filter")
     assert {"pipe"} <= _configured("protocol")
+
+
+# The binary each pod image runs, as `kubectl exec` names it (smoke.py runs it so).
+BINARY_OF_IMAGE = {repo.removeprefix("display-"): binary for repo, binary in smoke.BINARY_OF.items()
+                   if (IMAGES / repo.removeprefix("display-")).is_dir()}
+
+
+@pytest.mark.parametrize("image", list(BINARY_OF_IMAGE))
+def test_pod_images_put_their_binary_on_path(image: str) -> None:
+    """`kubectl exec POD -c operator -- draplugin checkpoint` needs the name on PATH: the
+    image links its entry point into /usr/local/bin, then runs it by name at build time."""
+    binary = BINARY_OF_IMAGE[image]
+    runs = [json_list(rest) for key, rest in dockerfile(image) if key == "RUN"
+            and rest.startswith("[")]
+    entry = json_list(next(rest for key, rest in dockerfile(image) if key == "ENTRYPOINT"))
+    assert ["/usr/bin/ln", "-s", entry[0], f"/usr/local/bin/{binary}"] in runs
+    assert [binary, "--version"] in runs
+    path = build_plan_path()
+    assert "/usr/local/bin" in path.split(":")
+
+
+def build_plan_path() -> str:
+    """The PATH build.sh gives every base it imports."""
+    script = (IMAGES / "build.sh").read_text()
+    found = re.search(r"--change 'ENV PATH=([^']+)'", script)
+    assert found is not None
+    return found[1]
