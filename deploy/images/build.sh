@@ -69,7 +69,7 @@ run() {
 # with only what capture runs, against the x264 and libva of the runtime base.
 declare -A base_packages=(
   [python]="python3.11"
-  [operator]="python3.11,weston,wayland-utils"
+  [operator]="python3.11,libstdc++6,weston,wayland-utils"
   [weston]="python3.13,weston,wayland-utils"
   [weston-gl]="python3.13,weston,wayland-utils"
   [weston-build]="gcc,libc6-dev,pkg-config,libweston-14-dev,weston-dev,libwayland-dev,libwayland-bin"
@@ -119,14 +119,16 @@ prune_args() {
         --protect "$python" "lib$python-stdlib" weston libweston-14-0 wayland-utils ;;
     operator)
       # bookworm's weston 10, for `wayland-info` and `weston --version` by name: the pixman
-      # renderer only, as the weston image runs it.
+      # renderer only, as the weston image runs it. libstdc++ stays for grpcio's extension,
+      # which the PEX installs after the prune, so it cannot see the library is loaded.
       keep+=(/usr/bin/weston /usr/bin/wayland-info)
       printf '%q ' --keep "${keep[@]}" "$lib/libweston-10/*.so" "$lib/weston/*.so" \
         --drop "$lib/libweston-10/gl-renderer.so" "$lib/libweston-10/rdp-backend.so" \
         "$lib/libweston-10/remoting-plugin.so" "$lib/libweston-10/pipewire-plugin.so" \
         "$lib/weston/cms-colord.so" \
         --purge shared-mime-info \
-        --protect "$python" "lib$python-stdlib" weston libweston-10-0 wayland-utils ;;
+        --protect "$python" "lib$python-stdlib" weston libweston-10-0 wayland-utils \
+        libstdc++6 ;;
     capture|capture-amd)
       # ffmpeg is compiled in the image's build stage, so what it links is kept by name.
       keep+=(/usr/bin/openssl "$lib/dri/*_drv_video.so")

@@ -26,7 +26,9 @@ LIKEN_DRIVER: Final = "liken.sh"
 CDI_KIND: Final = "liken.sh/gpu"
 SPEC_NAME: Final = "liken.sh-simnode.json"
 CARD_DEVICE: Final = card.CARD
-RENDER_DEVICE: Final = "renderD128"
+RENDER_NODE: Final = "renderD128"
+# A device's name in a ResourceSlice is a DNS label: liken lowercases the node's name.
+RENDER_DEVICE: Final = RENDER_NODE.lower()
 I2C_DEVICE: Final = f"{card.CARD}-i2c"
 # The claim template's requests and the device each is allocated (deploy/base's template).
 ALLOCATION: Final = {"display": CARD_DEVICE, "render": RENDER_DEVICE, "wires": I2C_DEVICE}
@@ -51,27 +53,38 @@ def edits(host_root: Path, monitors: Sequence[card.Monitor], *,
                     Bind(dev_dir / "dri" / CARD_DEVICE, f"/dev/dri/{CARD_DEVICE}",
                          read_only=False),
                     Bind(X11_SOCKETS, str(X11_SOCKETS)))),
-        RENDER_DEVICE: CdiEdits(env=naming, mounts=(Bind(dev_dir / "dri" / RENDER_DEVICE,
-                                             f"/dev/dri/{RENDER_DEVICE}", read_only=False),)),
+        RENDER_DEVICE: CdiEdits(env=naming, mounts=(Bind(dev_dir / "dri" / RENDER_NODE,
+                                             f"/dev/dri/{RENDER_NODE}", read_only=False),)),
         I2C_DEVICE: CdiEdits(env=naming, mounts=tuple(
             Bind(m.i2c_node(host_root), f"/dev/i2c-{m.i2c_bus}", read_only=False)
             for m in monitors)),
     }
 
 
-def write_spec(cdi_dir: Path, devices: Mapping[str, CdiEdits]) -> Path:
-    """The spec liken's driver would write beside the operator's in /var/run/cdi."""
+def write_spec(cdi_dir: Path, devices: Mapping[str, CdiEdits], *,
+               sysfs_tmpfs: bool = False) -> Path:
+    """The spec liken's driver would write beside the operator's in /var/run/cdi.
+
+    `sysfs_tmpfs`: for a runtime that mounts its own read-only sysfs (runc), which on these
+    machines has no /sys/class/drm to mount the simulated one on: a tmpfs at /sys first gives
+    the mount points, as simnode's podman launcher does. The CDI library replaces the
+    runtime's mount at the same path and orders parents before children.
+    """
     spec = {"cdiVersion": "0.6.0", "kind": CDI_KIND, "devices": [
-        {"name": name, "containerEdits": _container_edits(e)} for name, e in devices.items()]}
+        {"name": name, "containerEdits": _container_edits(e, sysfs_tmpfs=sysfs_tmpfs)}
+        for name, e in devices.items()]}
     path = cdi_dir / SPEC_NAME
     fsutil.atomic_write(path, json.dumps(spec, indent=2) + "\n")
     return path
 
 
-def _container_edits(e: CdiEdits) -> dict[str, Any]:
-    return {"env": [f"{k}={v}" for k, v in e.env.items()],
-            "mounts": [{"hostPath": str(b.source), "containerPath": b.dest,
-                        "options": ["rbind", "ro" if b.read_only else "rw"]} for b in e.mounts]}
+def _container_edits(e: CdiEdits, *, sysfs_tmpfs: bool = False) -> dict[str, Any]:
+    mounts = [{"hostPath": str(b.source), "containerPath": b.dest,
+               "options": ["rbind", "ro" if b.read_only else "rw"]} for b in e.mounts]
+    if sysfs_tmpfs and any(b.dest.startswith("/sys/") for b in e.mounts):
+        mounts.insert(0, {"hostPath": "tmpfs", "containerPath": "/sys", "type": "tmpfs",
+                          "options": ["nosuid", "nodev", "noexec", "mode=755"]})
+    return {"env": [f"{k}={v}" for k, v in e.env.items()], "mounts": mounts}
 
 
 def read_spec(path: Path) -> dict[str, CdiEdits]:

@@ -123,7 +123,7 @@ class LikenPlugin:
 
     def start(self) -> None:
         self.spec = card_cdi.write_spec(self.cdi_dir, card_cdi.edits(
-            self.host_root, self.monitors, display=self.display))
+            self.host_root, self.monitors, display=self.display), sysfs_tmpfs=True)
         self.publish()
         dra = _Dra(self.api)
         self._serve(self.endpoint, _handler(wire.DRA_V1_SERVICE, {

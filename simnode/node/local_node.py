@@ -5,7 +5,8 @@ In order: the components built (cached) and the cluster started (`cluster.LocalC
 simulated card (its sysfs tree, a DDC/CI monitor on each i2c socket, Xvfb for its screens);
 the pod's images from deploy/images/build.sh put into containerd at the manifests' names
 (`images`); liken's stand-in plugin registered with the kubelet (`liken`); then
-`kubectl apply -k deploy/overlays/local-node` (the base, images never pulled), and the
+`kubectl apply -k deploy/overlays/simulated-node` (the base, images never pulled, the
+simulated screens' IPC), and the
 operator's pod awaited: the real scheduler allocates its claim from the template, the real
 kubelet runs its four containers. `stop` undoes it all in reverse.
 """
@@ -34,7 +35,7 @@ from simnode.node.xvfb import start_xvfb
 
 log = logging.getLogger(__name__)
 
-OVERLAY: Final = Path("deploy") / "overlays" / "local-node"
+OVERLAY: Final = Path("deploy") / "overlays" / "simulated-node"
 IMAGES_BUILD: Final = Path("deploy") / "images" / "build.sh"
 NAMESPACE: Final = "display-operator"
 POD_TIMEOUT_S: Final = 300.0

@@ -1,7 +1,7 @@
 """The real-cluster tier: `simnode up --cluster local` as a person runs it, then read with the
 real kubectl through the kubeconfig it printed. A real kube-apiserver, controller-manager,
 scheduler, kube-proxy, containerd and kubelet 1.37 run the operator's pod from the base as an
-owner applies it (deploy/overlays/local-node: the base, images never pulled).
+owner applies it (deploy/overlays/simulated-node: the base, images never pulled).
 
 Needs root, the components (build-support/kube/build: many minutes cold, cached after) and
 the images (deploy/images/build.sh), so it runs only with DISPLAY_OPERATOR_CLUSTER=1 (the
@@ -78,7 +78,7 @@ def test_the_scheduler_allocated_the_operator_s_claim_from_liken_s_slice(node: S
     results = {r["request"]: r for r in
                claims[0]["status"]["allocation"]["devices"]["results"]}
     assert {r: (v["driver"], v["device"]) for r, v in results.items()} == {
-        "display": ("liken.sh", "card0"), "render": ("liken.sh", "renderD128"),
+        "display": ("liken.sh", "card0"), "render": ("liken.sh", "renderd128"),
         "wires": ("liken.sh", "card0-i2c")}
 
 

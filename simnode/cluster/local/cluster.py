@@ -101,7 +101,7 @@ class LocalCluster:
         for d in (paths.state, paths.logs, paths.containerd_root):
             d.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self.pki = keys = pki.ensure(paths.pki_dir, node=self.node,
+        self.pki = keys = pki.ensure(paths.pki_dir, node=self.node, node_ip=components.BRIDGE_IP,
                                      api_ips=["127.0.0.1", components.BRIDGE_IP, "10.0.0.1"])
         for who in pki.identities(self.node):
             components.write_kubeconfig(paths.kubeconfig(who.name), pki=keys, who=who.name,

@@ -22,8 +22,9 @@ K8S_VERSION: Final = "v1.37.2"
 ETCD_CLIENT: Final = "http://127.0.0.1:2379"
 API_PORT: Final = 6443
 BRIDGE: Final = "cni0"
-POD_CIDR: Final = "10.88.0.0/16"
-BRIDGE_IP: Final = "10.88.0.1"
+# Not 10.88.0.0/16, containerd's and podman's default, which podman's cni-podman0 may hold.
+POD_CIDR: Final = "10.244.0.0/16"
+BRIDGE_IP: Final = "10.244.0.1"
 SERVICE_CIDR: Final = "10.0.0.0/24"
 CONTAINERD_SOCKET: Final = Path("/run/containerd/containerd.sock")
 KUBELET_ROOT: Final = Path("/var/lib/kubelet")
@@ -163,6 +164,9 @@ state = "/run/containerd"
 [{cri}]
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  # The kubelet asks for a critical pod's oom_score_adj below containerd's own, which needs
+  # CAP_SYS_RESOURCE, which these machines withhold: keep it at containerd's instead.
+  restrict_oom_score_adj = true
 
 [{cri}.containerd]
   default_runtime_name = "runc"
@@ -179,6 +183,12 @@ state = "/run/containerd"
   conf_dir = "{paths.cni_conf_dir}"
 
 [plugins.'io.containerd.cri.v1.images']
+  snapshotter = "native"
+
+# `ctr images import` unpacks through the transfer service, which knows only overlayfs unless
+# told: without this it answers "no unpack platforms defined".
+[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+  platform = "linux/amd64"
   snapshotter = "native"
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]

@@ -45,7 +45,7 @@ def _run(argv: list[str], *, env: Mapping[str, str] | None = None,
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LocalClusterError(f"{argv[0]} {argv[1]}: {exc}") from exc
     if done.returncode != 0:
-        raise LocalClusterError(f"{' '.join(argv[:4])} failed: {done.stderr.strip()}")
+        raise LocalClusterError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -104,7 +104,8 @@ def load(paths: Paths, repo: Path, refs: Mapping[str, str]) -> list[str]:
         _run(["podman", "save", "-m", "--format", "docker-archive", "-o", archive, *stale],
              env=env)
         _run([paths.exe("ctr"), "--address", str(components.CONTAINERD_SOCKET), "-n",
-              NAMESPACE, "images", "import", "--snapshotter", "native", archive])
+              NAMESPACE, "images", "import", "--snapshotter", "native", "--platform",
+              "linux/amd64", archive])
     log.info("local cluster: imported %s", ", ".join(stale))
     return stale
 

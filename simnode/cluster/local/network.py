@@ -32,10 +32,17 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def ensure() -> None:
     """The bridge up with the gateway's address, and the guard in the FORWARD chain."""
     prefix = POD_CIDR.split("/")[1]
+    for line in _run("ip", "-o", "-4", "addr", "show").stdout.splitlines():
+        device = line.split()[1]
+        if f" {BRIDGE_IP}/" in line and device != BRIDGE:
+            raise NetworkError(f"{device} holds {BRIDGE_IP}, the pods' gateway: two routes to"
+                               f" {POD_CIDR} would lose the pods' packets; remove it"
+                               f" (ip link del {device})")
     if _run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
     addresses = _run("ip", "-o", "-4", "addr", "show", "dev", BRIDGE).stdout
     if f" {BRIDGE_IP}/{prefix} " not in addresses:
+        _run("ip", "addr", "flush", "dev", BRIDGE)  # an earlier pod network's address
         _run("ip", "addr", "add", f"{BRIDGE_IP}/{prefix}", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
     if _run("iptables", "-C", *_GUARD, check=False).returncode != 0:

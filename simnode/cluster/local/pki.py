@@ -76,7 +76,7 @@ class Pki:
         return self.dir / "sa.pub"
 
 
-def ensure(dir: Path, *, node: str, api_ips: Sequence[str]) -> Pki:
+def ensure(dir: Path, *, node: str, node_ip: str, api_ips: Sequence[str]) -> Pki:
     """The PKI in `dir`, made now unless a complete one is there."""
     pki = Pki(dir)
     if (dir / _DONE).is_file():
@@ -84,7 +84,7 @@ def ensure(dir: Path, *, node: str, api_ips: Sequence[str]) -> Pki:
     dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dir.name}.", dir=dir.parent))
     try:
-        _make(Pki(work), node=node, api_ips=api_ips)
+        _make(Pki(work), node=node, node_ip=node_ip, api_ips=api_ips)
         (work / _DONE).write_text("")
         shutil.rmtree(dir, ignore_errors=True)
         os.rename(work, dir)
@@ -93,7 +93,7 @@ def ensure(dir: Path, *, node: str, api_ips: Sequence[str]) -> Pki:
     return pki
 
 
-def _make(pki: Pki, *, node: str, api_ips: Sequence[str]) -> None:
+def _make(pki: Pki, *, node: str, node_ip: str, api_ips: Sequence[str]) -> None:
     _openssl("req", "-x509", *_EC, "-days", _DAYS, "-subj", "/CN=simnode-local-ca",
              "-keyout", pki.key("ca"), "-out", pki.ca)
     api_names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -101,7 +101,7 @@ def _make(pki: Pki, *, node: str, api_ips: Sequence[str]) -> None:
     _leaf(pki, "apiserver", "/CN=kube-apiserver",
           [f"DNS:{n}" for n in api_names] + [f"IP:{ip}" for ip in api_ips], server=True)
     _leaf(pki, "kubelet-serving", f"/O=system:nodes/CN=system:node:{node}",
-          [f"DNS:{node}", "DNS:localhost", "IP:127.0.0.1"], server=True)
+          [f"DNS:{node}", "DNS:localhost", "IP:127.0.0.1", f"IP:{node_ip}"], server=True)
     for who in identities(node):
         subject = "".join(f"/O={o}" for o in who.orgs) + f"/CN={who.cn}"
         _leaf(pki, who.name, subject, [], server=False)
