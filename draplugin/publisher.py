@@ -47,15 +47,9 @@ class Publisher:
     """What /healthz answers: the publisher's loop, and what the operator adds."""
 
     def refusal(self) -> str | None:
-        """Why new prepares fail now, or None while the compositor answers."""
-        if self.runtime.compositor_available:
-            return None
-        availability = self.runtime.watchdog.availability
-        detail = availability.detail if availability else "not probed yet"
-        return (
-            f"the compositor does not answer on its socket ({detail}); "
-            "the claim is prepared once it does"
-        )
+        """Why new prepares fail now, or None while the compositor answers or is busy
+        (`Watchdog.refusal`; it waits for the first verdict)."""
+        return self.runtime.watchdog.refusal(wait=self.runtime.config.prepare_wait)
 
     def health(self) -> tuple[bool, str]:
         """The health stream's verdict: the watchdog's, not a probe of its own."""

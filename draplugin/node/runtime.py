@@ -80,7 +80,7 @@ class NodeRuntime:
         self._failure: asyncio.Future[None] | None = None
         self.watchdog = watchdog.Watchdog(
             compositor.socket, listeners=[self._on_availability], pid=compositor.pid,
-            interval=config.watchdog_interval, timeout=config.watchdog_timeout,
+            interval=config.watchdog_interval, budget=config.hang_budget,
             on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
