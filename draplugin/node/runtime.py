@@ -81,7 +81,7 @@ class NodeRuntime:
         self.watchdog = watchdog.Watchdog(
             compositor.socket, listeners=[self._on_availability], pid=compositor.pid,
             interval=config.watchdog_interval, budget=config.hang_budget,
-            on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
+            kill=compositor.kill, on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
