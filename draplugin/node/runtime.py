@@ -266,11 +266,23 @@ class NodeRuntime:
         self._displays_due.set()
 
     async def _display_loop(self) -> None:
+        """One Display pass per request; a pass the API failed is owed, and made again after
+        the publisher's backoff until one succeeds: the status an outage held up goes out
+        within that delay of the API's return, not at the next hotplug or the watch's
+        (much longer) re-list."""
+        attempt = 0
         while True:
             await self._displays_due.wait()
             self._displays_due.clear()
-            if self.hotplug is not None:
-                await self._reconcile_displays(self.hotplug.cards)
+            if self.hotplug is None or await self._reconcile_displays(self.hotplug.cards):
+                attempt = 0
+                continue
+            delay = self.config.backoff.delay(attempt)
+            attempt += 1
+            log.warning("the Displays' status is owed to the API; trying again in %.1f s",
+                        delay)
+            await asyncio.sleep(delay)
+            self._displays_due.set()
 
     async def _follow_loop(self) -> None:
         attempt = 0
@@ -299,7 +311,9 @@ class NodeRuntime:
             await asyncio.sleep(delay)
             self._connectors_due.set()
 
-    async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> None:
+    async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> bool:
+        """One Display pass; False when the API failed it (the pass is then owed: the
+        display loop makes it again)."""
         async with self._reconciling:
             outputs = await self._outputs(cards) if self.compositor_available else {}
             observed = displays.Observed(outputs=outputs, ddc=self._observed.ddc,
@@ -309,7 +323,10 @@ class NodeRuntime:
             except displays.DisplaysError as err:
                 if fatal(err):
                     raise
-                log.error("%s (retried at the next hotplug or resync)", err)
+                log.error("%s (the pass is made again)", err)
+                self._displays_due.set()
+                return False
+            return True
 
     async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
         """The compositor's outputs by device name: what each runs at now."""
