@@ -1,4 +1,4 @@
-"""The plugin's API reads and writes: ResourceClaims, and the Display objects' spec.
+"""The plugin's API reads: ResourceClaims, and the Display objects (a person's spec is never written).
 
 Behind a small protocol so the prepare logic does not care whether lightkube or a test's
 fake answers. Objects are handled as the JSON the apiserver sends.
@@ -11,7 +11,6 @@ on every node of the fleet. Before the first list it is read from the API.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from draplugin.apierrors import from_lightkube
@@ -35,10 +34,6 @@ class Kube(Protocol):
     def get_display(self, name: str) -> dict[str, Any] | None:
         """The Display (its `spec` is what a person wants, its `metadata.generation` which
         edit that is); None when there is no such Display."""
-        ...
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        """Merge-patch the Display's `spec` (a None value deletes the field)."""
         ...
 
 
@@ -78,19 +73,6 @@ class LightkubeKube:
                 pass
         obj = self._get(self._display, name, namespace=None, what="Display")
         return None if obj is None else dict(obj.to_dict())
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        from lightkube.types import PatchType
-
-        try:
-            self._client.patch(
-                self._display, name, {"spec": dict(patch)}, patch_type=PatchType.MERGE
-            )
-        except Exception as err:
-            failure = from_lightkube(err, f"cannot update Display {name}")
-            if failure is None:
-                raise
-            raise KubeError(failure) from err
 
     def _get(self, res: Any, name: str, *, namespace: str | None, what: str) -> Any:
         try:

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +73,6 @@ class _DictKube:
 
     def get_display(self, name: str) -> dict[str, Any] | None:
         return None
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        raise AssertionError("a prepare never writes a Display's spec")
 
 
 def test_a_busy_compositor_is_neither_tainted_refused_nor_killed(tmp_path: Path) -> None:
