@@ -1,4 +1,4 @@
-"""The plugin's API reads: ResourceClaims, and the Display objects (a person's spec is never written).
+"""The plugin's API reads: ResourceClaims, and Displays (whose spec, a person's, it never writes).
 
 Behind a small protocol so the prepare logic does not care whether lightkube or a test's
 fake answers. Objects are handled as the JSON the apiserver sends.
