@@ -22,20 +22,20 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from draplugin.driver.checkpoint import CheckpointError
+from draplugin.driver.checkpoint import CheckpointError, ClaimEntry
 from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
 from draplugin.driver.state import Driver
 from draplugin.kube import LightkubeKube
 from draplugin.liveness import grpc_answers
-from draplugin.node.displays import ClaimRef
 from draplugin.node.runtime import NodeThreadError
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.service import PluginServer
 from draplugin.settings import Settings
 from draplugin.supervisor import EXIT_CODE, Supervisor
+from libdisplay.compositor.layout import OutputState
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint, NoEndpointError
 
@@ -151,19 +151,16 @@ def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[
     writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
                                pool=settings.node.name)
 
-    def key(entry: Any) -> ClaimRef:
-        return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
-
-    def applied(entry: Any, states: Any) -> None:
-        writer.report(key(entry), [
+    def applied(entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:
+        writer.report(entry.ref, [
             DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
             if state is not None else DeviceStatus.not_ready(
                 device, "OutputUnknown", "the compositor cannot say what this output runs at "
                 "now (not running, or without the layout module)")
             for device, state in states.items()])
 
-    def released(entry: Any) -> None:
-        writer.withdraw(key(entry))
+    def released(entry: ClaimEntry) -> None:
+        writer.withdraw(entry.ref)
 
     return {"on_claim_applied": applied, "on_claim_released": released}
 

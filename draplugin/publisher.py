@@ -20,7 +20,7 @@ from draplugin.compositor import Compositor
 from draplugin.driver import modes
 from draplugin.driver.checkpoint import Checkpoint
 from draplugin.liveness import HealthChecks
-from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
+from draplugin.node.displays import DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
 from draplugin.node.retry import fatal
 from draplugin.node.runtime import (
@@ -60,7 +60,7 @@ class Publisher:
     def claims_changed(self, checkpoint: Checkpoint) -> None:
         """Show on each Display which prepared claim holds it."""
         holders = {
-            device.device: ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+            device.device: entry.ref
             for entry in checkpoint.claims.values()
             if entry.state == _PREPARED
             for device in entry.devices
@@ -113,8 +113,7 @@ def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
                                    scale=verdict.scale)
     if verdict.reason == "HeldByClaim" and verdict.holder is not None:
         holder = verdict.holder
-        return SpecOutcome.held_by_claim(ClaimRef(namespace=holder.namespace, name=holder.name,
-                                                  uid=holder.uid))
+        return SpecOutcome.held_by_claim(holder.ref)
     if verdict.reason == "ModeNotOffered":
         return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
     if verdict.reason == "InvalidSpec":

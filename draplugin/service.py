@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from draplugin.driver.state import ClaimRef, Driver
+from draplugin.claims import ClaimRef
+from draplugin.driver.state import Driver
 from draplugin.rpc import grpcmessages as msg
 from draplugin.rpc import grpcserver
 from draplugin.settings import DRIVER, Settings

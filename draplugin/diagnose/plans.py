@@ -144,7 +144,8 @@ def cdi_spec(settings: Settings, kube: FileKube, claim: JsonObject) -> JsonObjec
     """The CDI spec prepare would write for `claim`, after prepare's own checks of it (its
     allocation in this node's pool, connected monitors, configs, modes offered, DDC/CI settings
     against the monitor's bus); the first failure raises as prepare's would."""
-    from draplugin.driver.state import ClaimRef, plan_claim
+    from draplugin.claims import ClaimRef
+    from draplugin.driver.state import plan_claim
     from draplugin.node import ddcmap
 
     ref = ClaimRef(uid=_metadata(claim, "uid", source="the claim"), namespace=_namespace(claim),

@@ -45,8 +45,8 @@ from lightkube.types import PatchType
 
 from draplugin import conditions
 from draplugin.apierrors import from_lightkube
+from draplugin.claims import ClaimRef
 from draplugin.driver.allocation import DRIVER
-from draplugin.node.displays import ClaimRef
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.modes import Mode
 

@@ -15,9 +15,10 @@ from typing import Any, cast
 
 import pytest
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Outcome
 from draplugin.driver import modes
-from draplugin.driver.state import ClaimRef, Driver
+from draplugin.driver.state import Driver
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Compositor, Followed
 from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
@@ -42,7 +43,7 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class _Observed:
     ddc: dict[str, displays.DdcState] = field(default_factory=dict)
-    claims: dict[str, displays.ClaimRef] = field(default_factory=dict)
+    claims: dict[str, ClaimRef] = field(default_factory=dict)
 
 
 class NodeRuntime:
@@ -158,7 +159,7 @@ class NodeRuntime:
         compositor failed): it is called again after a backoff."""
         self._follow = follow
 
-    def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
+    def set_claims(self, claims: Mapping[str, ClaimRef]) -> None:
         """The claims holding devices now (device name → claim), for the Display status;
         written at the next reconcile (call `refresh()` to write now)."""
         self._observed.claims = dict(claims)

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from draplugin import testing
+from draplugin.claims import ClaimRef
 from draplugin.compositor.pid import weston_pid
-from draplugin.driver.state import ClaimRef, Driver
+from draplugin.driver.state import Driver
 from draplugin.node import hangs, watchdog
 from libdisplay.compositor.wayland import Liveness
 from tests.support import busy_compositor, weston
