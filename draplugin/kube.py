@@ -17,6 +17,7 @@ from draplugin.apierrors import from_lightkube
 from libdisplay import display
 from libdisplay.kube.access import Endpoint
 from libdisplay.kube.errors import ApiCallError
+from libdisplay.pod import FIELD_MANAGER
 
 
 class KubeError(Exception):
@@ -53,7 +54,7 @@ class LightkubeKube:
 
         from libdisplay.kube import lightkube_client as kubelightkube
 
-        self._client = kubelightkube.client(endpoint, field_manager="display-operator")
+        self._client = kubelightkube.client(endpoint, field_manager=FIELD_MANAGER)
         self._display = create_global_resource(
             display.GROUP, display.VERSION, display.KIND, display.PLURAL
         )

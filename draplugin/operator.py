@@ -38,6 +38,7 @@ from draplugin.supervisor import EXIT_CODE, Supervisor
 from libdisplay.compositor.layout import OutputState
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint, NoEndpointError
+from libdisplay.pod import FIELD_MANAGER
 
 log = logging.getLogger("draplugin")
 
@@ -148,7 +149,7 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
 def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[..., None]]:
     """The driver's hooks that write what each prepared claim got into its ResourceClaim's
     status (draplugin.driver.claimstatus), and take it out at release."""
-    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
+    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager=FIELD_MANAGER),
                                pool=settings.node.name)
 
     def applied(entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:

@@ -22,10 +22,11 @@ from draplugin.claims import ClaimRef
 from draplugin.driver.state import Driver
 from draplugin.rpc import grpcmessages as msg
 from draplugin.rpc import grpcserver
-from draplugin.settings import DRIVER, Settings
+from draplugin.settings import Settings
 from libdisplay import fsutil
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.hardware import drm
+from libdisplay.pod import DRIVER
 
 log = logging.getLogger(__name__)
 

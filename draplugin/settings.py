@@ -12,11 +12,11 @@ from draplugin.node.settings import NodeSettings
 from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube.access import Endpoint
+from libdisplay.pod import DRIVER
 
 if TYPE_CHECKING:
     from draplugin.compositor import Compositor, Recorder
 
-DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
 DRA_SOCKET: Final = "dra.sock"
 

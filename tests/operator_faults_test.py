@@ -26,13 +26,13 @@ import pytest
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from draplugin.driver.state import FAULT_POINTS
-from draplugin.settings import DRIVER
 from fakekube.client import sync_client
 from fakekube.faults import OutageKind
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
+from libdisplay.pod import DRIVER
 from libdisplay.processes import Process
 from libdisplay.sim.sysfs import hotplug
 from simnode.kubelet.plugin import Claim, Kubelet

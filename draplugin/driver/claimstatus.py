@@ -46,9 +46,9 @@ from lightkube.types import PatchType
 from draplugin import conditions
 from draplugin.apierrors import from_lightkube
 from draplugin.claims import ClaimRef
-from draplugin.driver.allocation import DRIVER
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.modes import Mode
+from libdisplay.pod import DRIVER
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from libdisplay.hardware import drm
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint
+from libdisplay.pod import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +387,7 @@ class NodeRuntime:
 
 def async_client(*, api_server: str | None = None, kubeconfig: Path | None = None,
                  endpoint: Endpoint | None = None,
-                 field_manager: str = "display-operator") -> AsyncClient:
+                 field_manager: str = FIELD_MANAGER) -> AsyncClient:
     """An AsyncClient for `endpoint`, else for what `kubeaccess.discover` finds from a URL,
     a kubeconfig or the pod's service account."""
     found = endpoint or kubeaccess.discover(api_server=api_server, kubeconfig=kubeconfig)
