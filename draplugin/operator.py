@@ -23,7 +23,6 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from draplugin.driver.checkpoint import CheckpointError, ClaimEntry
 from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
@@ -31,6 +30,7 @@ from draplugin.driver.state import Driver
 from draplugin.kube import LightkubeKube
 from draplugin.liveness import grpc_answers
 from draplugin.node.runtime import NodeThreadError
+from draplugin.node.watchdog import Availability, Listener
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.service import PluginServer
 from draplugin.settings import Settings
@@ -166,7 +166,7 @@ def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[
     return {"on_claim_applied": applied, "on_claim_released": released}
 
 
-def _restore_when_back(driver: Driver) -> Callable[[Any], None]:
+def _restore_when_back(driver: Driver) -> Listener:
     """A watchdog listener: a compositor that answers again has lost every claim's socket.
 
     The watchdog calls it on the publisher's event loop, which must not wait for the
@@ -179,7 +179,7 @@ def _restore_when_back(driver: Driver) -> Callable[[Any], None]:
         except Exception:  # the next "available" or start tries again; never silently
             log.exception("restoring the claims' sockets failed")
 
-    def on_availability(availability: Any) -> None:
+    def on_availability(availability: Availability) -> None:
         if availability.available:
             threading.Thread(target=restore, name="restore-sockets", daemon=True).start()
 
