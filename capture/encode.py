@@ -54,10 +54,6 @@ _FFMPEG_PIX_FMT: Final[dict[PixelFormat, str]] = {
 _COLOUR_TAGS: Final = ("-colorspace", "smpte170m", "-color_range", "tv")
 
 
-class EncodeError(Exception):
-    """Base of every error this module raises."""
-
-
 @dataclass(frozen=True, slots=True)
 class EncoderChoice:
     """The clip encoder and why it is this one."""

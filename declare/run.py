@@ -21,6 +21,7 @@ from libdisplay.compositor.outputs import (
 )
 from libdisplay.hardware import drm
 from libdisplay.kube import stdlib_client as kubeapi
+from libdisplay.pod import RUNTIME_DIR
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class Settings:
     aliases: Mapping[str, str]
     shell: str = LAYOUT_SHELL
     """weston's shell: the layout module, or a stock shell where it is not built."""
-    runtime_dir: Path = Path("/var/run/display.liken.sh")
+    runtime_dir: Path = RUNTIME_DIR
     """weston's runtime dir as weston sees it: claims' sockets go under its claims/."""
 
 

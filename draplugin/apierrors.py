@@ -12,14 +12,9 @@ from typing import TypeVar
 
 from libdisplay.kube.lightkube_errors import from_lightkube
 
-__all__ = ["api_call", "from_lightkube", "wrap"]
+__all__ = ["api_call", "from_lightkube"]
 
 T = TypeVar("T")
-
-
-def wrap(err: BaseException, operation: str) -> BaseException:
-    """`from_lightkube`, or the error itself when it is not the API's."""
-    return from_lightkube(err, operation) or err
 
 
 async def api_call(operation: str, call: Callable[[], Awaitable[T]]) -> T:

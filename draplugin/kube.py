@@ -1,4 +1,4 @@
-"""The plugin's API reads and writes: ResourceClaims, and the Display objects' spec.
+"""The plugin's API reads: ResourceClaims, and Displays (whose spec, a person's, it never writes).
 
 Behind a small protocol so the prepare logic does not care whether lightkube or a test's
 fake answers. Objects are handled as the JSON the apiserver sends.
@@ -11,13 +11,13 @@ on every node of the fleet. Before the first list it is read from the API.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from draplugin.apierrors import from_lightkube
 from libdisplay import display
 from libdisplay.kube.access import Endpoint
 from libdisplay.kube.errors import ApiCallError
+from libdisplay.pod import FIELD_MANAGER
 
 
 class KubeError(Exception):
@@ -37,10 +37,6 @@ class Kube(Protocol):
         edit that is); None when there is no such Display."""
         ...
 
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        """Merge-patch the Display's `spec` (a None value deletes the field)."""
-        ...
-
 
 class DisplayCache(Protocol):
     def cached(self, name: str) -> dict[str, Any] | None:
@@ -58,7 +54,7 @@ class LightkubeKube:
 
         from libdisplay.kube import lightkube_client as kubelightkube
 
-        self._client = kubelightkube.client(endpoint, field_manager="display-operator")
+        self._client = kubelightkube.client(endpoint, field_manager=FIELD_MANAGER)
         self._display = create_global_resource(
             display.GROUP, display.VERSION, display.KIND, display.PLURAL
         )
@@ -78,19 +74,6 @@ class LightkubeKube:
                 pass
         obj = self._get(self._display, name, namespace=None, what="Display")
         return None if obj is None else dict(obj.to_dict())
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        from lightkube.types import PatchType
-
-        try:
-            self._client.patch(
-                self._display, name, {"spec": dict(patch)}, patch_type=PatchType.MERGE
-            )
-        except Exception as err:
-            failure = from_lightkube(err, f"cannot update Display {name}")
-            if failure is None:
-                raise
-            raise KubeError(failure) from err
 
     def _get(self, res: Any, name: str, *, namespace: str | None, what: str) -> Any:
         try:

@@ -22,22 +22,23 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from draplugin.driver.checkpoint import CheckpointError
+from draplugin.driver.checkpoint import CheckpointError, ClaimEntry
 from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
 from draplugin.driver.state import Driver
 from draplugin.kube import LightkubeKube
 from draplugin.liveness import grpc_answers
-from draplugin.node.displays import ClaimRef
 from draplugin.node.runtime import NodeThreadError
+from draplugin.node.watchdog import Availability, Listener
 from draplugin.publisher import Publisher, start_publisher
 from draplugin.service import PluginServer
 from draplugin.settings import Settings
 from draplugin.supervisor import EXIT_CODE, Supervisor
+from libdisplay.compositor.layout import OutputState
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint, NoEndpointError
+from libdisplay.pod import FIELD_MANAGER
 
 log = logging.getLogger("draplugin")
 
@@ -148,27 +149,24 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
 def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[..., None]]:
     """The driver's hooks that write what each prepared claim got into its ResourceClaim's
     status (draplugin.driver.claimstatus), and take it out at release."""
-    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager="display-operator"),
+    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager=FIELD_MANAGER),
                                pool=settings.node.name)
 
-    def key(entry: Any) -> ClaimRef:
-        return ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
-
-    def applied(entry: Any, states: Any) -> None:
-        writer.report(key(entry), [
+    def applied(entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:
+        writer.report(entry.ref, [
             DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
             if state is not None else DeviceStatus.not_ready(
                 device, "OutputUnknown", "the compositor cannot say what this output runs at "
                 "now (not running, or without the layout module)")
             for device, state in states.items()])
 
-    def released(entry: Any) -> None:
-        writer.withdraw(key(entry))
+    def released(entry: ClaimEntry) -> None:
+        writer.withdraw(entry.ref)
 
     return {"on_claim_applied": applied, "on_claim_released": released}
 
 
-def _restore_when_back(driver: Driver) -> Callable[[Any], None]:
+def _restore_when_back(driver: Driver) -> Listener:
     """A watchdog listener: a compositor that answers again has lost every claim's socket.
 
     The watchdog calls it on the publisher's event loop, which must not wait for the
@@ -181,7 +179,7 @@ def _restore_when_back(driver: Driver) -> Callable[[Any], None]:
         except Exception:  # the next "available" or start tries again; never silently
             log.exception("restoring the claims' sockets failed")
 
-    def on_availability(availability: Any) -> None:
+    def on_availability(availability: Availability) -> None:
         if availability.available:
             threading.Thread(target=restore, name="restore-sockets", daemon=True).start()
 

@@ -20,7 +20,7 @@ from draplugin.compositor import Compositor
 from draplugin.driver import modes
 from draplugin.driver.checkpoint import Checkpoint
 from draplugin.liveness import HealthChecks
-from draplugin.node.displays import ClaimRef, DisplaysError, SpecOutcome
+from draplugin.node.displays import DisplaysError, SpecOutcome
 from draplugin.node.metrics import Metrics
 from draplugin.node.retry import fatal
 from draplugin.node.runtime import (
@@ -47,15 +47,9 @@ class Publisher:
     """What /healthz answers: the publisher's loop, and what the operator adds."""
 
     def refusal(self) -> str | None:
-        """Why new prepares fail now, or None while the compositor answers."""
-        if self.runtime.compositor_available:
-            return None
-        availability = self.runtime.watchdog.availability
-        detail = availability.detail if availability else "not probed yet"
-        return (
-            f"the compositor does not answer on its socket ({detail}); "
-            "the claim is prepared once it does"
-        )
+        """Why new prepares fail now, or None while the compositor answers or is busy
+        (`Watchdog.refusal`; it waits for the first verdict)."""
+        return self.runtime.watchdog.refusal(wait=self.runtime.config.prepare_wait)
 
     def health(self) -> tuple[bool, str]:
         """The health stream's verdict: the watchdog's, not a probe of its own."""
@@ -66,7 +60,7 @@ class Publisher:
     def claims_changed(self, checkpoint: Checkpoint) -> None:
         """Show on each Display which prepared claim holds it."""
         holders = {
-            device.device: ClaimRef(namespace=entry.namespace, name=entry.name, uid=entry.uid)
+            device.device: entry.ref
             for entry in checkpoint.claims.values()
             if entry.state == _PREPARED
             for device in entry.devices
@@ -119,8 +113,7 @@ def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
                                    scale=verdict.scale)
     if verdict.reason == "HeldByClaim" and verdict.holder is not None:
         holder = verdict.holder
-        return SpecOutcome.held_by_claim(ClaimRef(namespace=holder.namespace, name=holder.name,
-                                                  uid=holder.uid))
+        return SpecOutcome.held_by_claim(holder.ref)
     if verdict.reason == "ModeNotOffered":
         return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
     if verdict.reason == "InvalidSpec":

@@ -22,11 +22,13 @@ from typing import Any, Final
 
 import grpc
 
-from draplugin.driver.state import ClaimRef, Driver, Prepared
+from draplugin.claims import ClaimRef
+from draplugin.driver.state import Driver, Prepared
 from draplugin.rpc import grpcserver
-from draplugin.settings import DRIVER, Settings
+from draplugin.settings import Settings
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.hardware import drm
+from libdisplay.pod import DRIVER
 from libdisplay.proto import wire
 
 log = logging.getLogger(__name__)

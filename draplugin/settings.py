@@ -13,11 +13,11 @@ from draplugin.options import DRA_SOCKET
 from libdisplay.compositor.outputs import LAYOUT_SHELL, LayoutSockets
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube.access import Endpoint
+from libdisplay.pod import DRIVER
 
 if TYPE_CHECKING:
     from draplugin.compositor import Compositor, Recorder
 
-DRIVER: Final = "display.liken.sh"
 REGISTRATION_SOCKET: Final = f"{DRIVER}-reg.sock"
 
 DeliveryKind = Literal["layout", "shared"]

@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from libdisplay import fsutil
+from libdisplay.pod import CDI_DIR, DRIVER
 
-DRIVER = "display.liken.sh"
 VENDOR = f"k8s.{DRIVER}"
 CLASS = "display"
 KIND = f"{VENDOR}/{CLASS}"
-CDI_DIR = Path("/var/run/cdi")
 SPEC_SUFFIX = ".yaml"
 _SPEC_PREFIX = f"{VENDOR}-{CLASS}_"
 

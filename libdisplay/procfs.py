@@ -1,5 +1,6 @@
-"""What `/proc` says of a process: the program it runs (`comm`), its pid namespace, and its pid
-in the innermost namespace it belongs to (`NSpid`).
+"""What `/proc` says of a process: the program it runs (`comm`), its pid namespace, its pid
+in the innermost namespace it belongs to (`NSpid`), its scheduling state and CPU time (`stat`);
+and how long runnable tasks wait for a CPU (`/proc/pressure/cpu`).
 
 Every reader takes the `/proc` to read, so a caller can check it is its own (`self_pid`) and
 tests can hand in a tree of their own. A process can exit between two reads: each function
@@ -11,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 PROC: Final = Path("/proc")
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 
 Pid = int | Literal["self"]
 
@@ -51,3 +54,40 @@ def named(name: str, *, proc: Path = PROC) -> Iterator[int]:
         with contextlib.suppress(OSError):
             if comm(int(entry.name), proc=proc) == name:
                 yield int(entry.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStat:
+    """A process's scheduling state (`R` running or runnable, `S` sleeping, `D` in the kernel,
+    `T`/`t` stopped or traced, `Z` a zombie, ...) and the CPU seconds it used so far."""
+
+    state: str
+    cpu_s: float
+
+
+def stat(pid: Pid, *, proc: Path = PROC) -> ProcessStat:
+    """`pid`'s state and CPU time (user + system) from `proc/PID/stat`."""
+    text = (proc / str(pid) / "stat").read_text(encoding="utf-8")
+    # comm, in parentheses, may hold spaces and parentheses: the fields follow the last ')'.
+    fields = text[text.rindex(")") + 2:].split()
+    try:
+        return ProcessStat(state=fields[0], cpu_s=(int(fields[11]) + int(fields[12]))
+                           / _CLOCK_TICKS)
+    except (IndexError, ValueError) as err:
+        raise OSError(f"{proc / str(pid) / 'stat'} is not a stat line: {text!r}") from err
+
+
+def cpu_pressure(*, proc: Path = PROC) -> float | None:
+    """The share (percent, over the last 10 s) of time some runnable task waited for a CPU;
+    None where the kernel keeps no pressure record (no PSI)."""
+    try:
+        text = (proc / "pressure" / "cpu").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for part in line.split()[1:]:
+                key, _, value = part.partition("=")
+                if key == "avg10":
+                    return float(value)
+    return None

@@ -73,3 +73,32 @@ def test_named_skips_what_is_not_a_process_or_has_exited(tmp_path: Path) -> None
     (proc / "self").symlink_to("10")
     (proc / "sys").mkdir()
     assert list(procfs.named("weston", proc=proc)) == [10]
+
+
+def test_stat_reads_state_and_cpu_time_past_a_comm_with_parentheses(tmp_path: Path) -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "42").mkdir()
+    rest = " ".join(["1"] * 10 + [str(3 * ticks), str(ticks)] + ["0"] * 30)
+    (tmp_path / "42" / "stat").write_text(f"42 (we) ird) T {rest}\n")
+    assert procfs.stat(42, proc=tmp_path) == procfs.ProcessStat(state="T", cpu_s=4.0)
+
+
+def test_stat_of_a_sleeping_child_from_the_real_proc(sleeper: int) -> None:
+    found = procfs.stat(sleeper)
+    assert found.state == "S" and found.cpu_s >= 0
+
+
+def test_a_truncated_stat_is_an_oserror(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (weston) R 1\n")
+    with pytest.raises(OSError, match="not a stat line"):
+        procfs.stat(7, proc=tmp_path)
+
+
+def test_cpu_pressure_is_some_avg10_or_none_without_psi(tmp_path: Path) -> None:
+    assert procfs.cpu_pressure(proc=tmp_path) is None
+    (tmp_path / "pressure").mkdir()
+    (tmp_path / "pressure" / "cpu").write_text(
+        "some avg10=96.81 avg60=93.98 avg300=72.76 total=412319999\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    assert procfs.cpu_pressure(proc=tmp_path) == 96.81

@@ -32,12 +32,12 @@ from draplugin.service import WORKERS
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
 from libdisplay import cdi
-from libdisplay.cdi import DRIVER
 from libdisplay.compositor.layout import LayoutCapture, LayoutControl
 from libdisplay.compositor.outputs import LayoutSockets
 from libdisplay.compositor.wayland import list_outputs
 from libdisplay.display import GROUP, KIND, PLURAL, VERSION, display_name
 from libdisplay.hardware.modes import Mode, parse_mode
+from libdisplay.pod import DRIVER
 from libdisplay.processes import Process
 from libdisplay.sim.sysfs import (
     SimCard,

@@ -26,12 +26,13 @@ import pytest
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from draplugin.driver.state import FAULT_POINTS
-from draplugin.settings import DRIVER
 from fakekube.client import sync_client
+from fakekube.faults import OutageKind
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
 from libdisplay.display import API_VERSION, display_name
+from libdisplay.pod import DRIVER
 from libdisplay.processes import Process
 from libdisplay.sim.sysfs import hotplug
 from simnode.kubelet.plugin import Claim, Kubelet
@@ -197,6 +198,40 @@ def test_an_outage_is_ridden_out_and_the_slice_follows_after_it(
         assert not operator.exited()
         assert not operator.log_contains("node publisher failed")
         assert not operator.log_contains("Traceback")
+
+
+OWED_WRITE_S = 10.0
+"""How soon after the API's first good answer the writes an outage held up are made."""
+
+
+def _display_connected(fake: FakeKube, device: str) -> object:
+    found = fake.get(API_VERSION, "Display", display_name(NODE, device)) or {}
+    return (found.get("status") or {}).get("connected")
+
+
+@pytest.mark.parametrize("outage", ["drop", "html"])
+def test_after_an_outage_the_slice_and_the_display_both_show_an_unplug_made_during_it(
+        node: Node, fake: FakeKube, pex_root: Path, outage: OutageKind) -> None:
+    """The monitor is pulled out while every request fails, long enough for each write's
+    own retries to give up; both the slice and its Display follow within OWED_WRITE_S of the
+    API's return, whatever the Displays' watch's back-off."""
+    port = free_port()
+    with _operator(node, fake, pex_root, port) as operator:
+        _wait_settled(operator, fake, port)
+        assert _display_connected(fake, DP) is True
+        fake.set_outage(outage, code=503)
+        hotplug(node.root, "card0-DP-1", status="disconnected")
+        operator.send_signal(signal.SIGHUP)
+        # --api-backoff-cap=0.2: each Display write gives up after about 1.5 s.
+        _hold(operator, 2 * PHASE_S, f"the unplug made during the {outage} outage")
+        fake.set_outage(None)
+        back = time.monotonic()
+        operator.wait_until(
+            lambda: set(slice_devices(fake)) == {HDMI} and _display_connected(fake, DP) is False,
+            timeout=OWED_WRITE_S, what="the slice and the Display show the unplug")
+        print(f"{outage}: slice and Display right {time.monotonic() - back:.2f} s after the "
+              "API answered again")
+        assert not operator.exited()
 
 
 def test_a_fatal_fault_stops_serving_and_exits_non_zero(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fakekube.server import FakeKube
 from libdisplay import cdi
-from libdisplay.cdi import DRIVER
+from libdisplay.pod import DRIVER
 from simnode.kubelet.plugin import Kubelet
 from tests.support.operator_node import (  # noqa: F401  (fake_fixture, node_fixture: `fake`, `node`)
     DP,

@@ -1,10 +1,19 @@
 """The compositor as the operator sees it, owned in one place.
 
-`Compositor` is the operator's one handle on weston: its checked pid (`pid`, through
-`draplugin.compositor.pid`, which checks `/proc` before anyone signals it), whether it answers
-on its socket, what its outputs run at, a live change of one output's mode, transform or scale
-through the layout module's control socket (`CONFIGURE`, see `westonctl/layout/layout.c`),
-and the restart that stays as the fallback.
+`Compositor` is the operator's one handle on weston, and the one owner of every change to
+the running compositor: the driver's reconfigures, the hotplug follow-up's power-offs, probes
+and restarts (`draplugin.node.reprobe`) and the watchdog's kill all go through it, and it
+runs them one at a time (a lock held through each change, a restart's wait included). A change
+decided on an earlier view carries the `ticket` taken before that view was read, and is
+dropped when its output changed since: a claim's reconfigure that came between a hotplug's
+sysfs read and its power-off wins, and the next hotplug pass decides again from a fresh read.
+The kill alone does not wait for the lock: a change blocked on a hung compositor holds it, and
+only the kill ends that.
+
+It gives its checked pid (`pid`, through `draplugin.compositor.pid`, which checks `/proc`
+before anyone signals it), whether it answers on its socket, what its outputs run at, a live
+change of one output's mode, transform or scale through the layout module's control socket
+(`CONFIGURE`, see `westonctl/layout/layout.c`), and the restart that stays as the fallback.
 
 Every output change goes through `apply`: it asks the module what each output runs at
 (`OUTPUTS`), changes live only what differs, and restarts the compositor (at most once per
@@ -33,6 +42,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -166,6 +176,32 @@ class Compositor:
         self.recorder: Recorder = recorder or _NoRecorder()
         self._unanswered_restart: int | None = None
         """The pid of the weston a restart replaced while no new weston has answered yet."""
+        self._changing = threading.RLock()
+        self._book = threading.Lock()
+        self._serial = 0
+        self._changed_at: dict[str, int] = {}
+        self._restarted_at = 0
+
+    # --- the owner's bookkeeping ---------------------------------------------------------
+
+    def ticket(self) -> int:
+        """The change count now: take it before reading what a later change is decided on."""
+        with self._book:
+            return self._serial
+
+    def changed_since(self, output: str, ticket: int) -> bool:
+        """Whether `output` changed (or the compositor restarted) after `ticket`."""
+        with self._book:
+            return max(self._changed_at.get(output, 0), self._restarted_at) > ticket
+
+    def _note(self, output: str | None = None) -> None:
+        """Count a change of `output`, or of every output (a restart, a kill)."""
+        with self._book:
+            self._serial += 1
+            if output is None:
+                self._restarted_at = self._serial
+            else:
+                self._changed_at[output] = self._serial
 
     # --- who and whether -----------------------------------------------------------------
 
@@ -208,25 +244,46 @@ class Compositor:
         if self.control is None:
             raise layout.LayoutConnectError(Path("(no control socket)"), 2)
         try:
-            with LayoutControl(self.control, timeout=self.control_timeout) as control:
+            with self._changing, LayoutControl(self.control,
+                                               timeout=self.control_timeout) as control:
                 return control.probe()
         except layout.LayoutUnsupported as err:
             log.info("the compositor cannot re-probe its connectors: %s", err)
             return None
 
-    def power_off(self, output: str) -> OutputState:
+    def power_off(self, output: str, *, decided_at: int | None = None) -> OutputState | None:
         """Turn `output` off (its monitor is gone) without a restart: it keeps its place,
-        claims and mode list until a modeset lights it again (LayoutError on failure)."""
+        claims and mode list until a modeset lights it again (LayoutError on failure). None,
+        and nothing done, when it changed after `decided_at` (a `ticket`)."""
         if self.control is None:
             raise layout.LayoutConnectError(Path("(no control socket)"), 2)
-        with LayoutControl(self.control, timeout=self.control_timeout) as control:
-            state = control.configure(output, power_off=True)
+        with self._changing:
+            if decided_at is not None and self.changed_since(output, decided_at):
+                log.info("output %s changed since its power-off was decided: left on", output)
+                return None
+            with LayoutControl(self.control, timeout=self.control_timeout) as control:
+                state = control.configure(output, power_off=True)
+            self._note(output)
         self.recorder.output_reconfigured(output, "live")
         return state
+
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        """Signal the hung weston `pid` (the watchdog's; ProcessLookupError when it is gone).
+        It does not wait for a change under way: that change is waiting on the hung
+        compositor, and only this ends it."""
+        os.kill(pid, sig)
+        self._note()
 
     def apply(self, wanted: Sequence[Wanted], *, why: str, connected: Iterable[str] = (),
               config_changed: bool = True,
               restart_reason: RestartReason | None = None) -> Outcome:
+        """`_apply`, one change at a time with every other change to the compositor."""
+        with self._changing:
+            return self._apply(wanted, why=why, connected=connected,
+                               config_changed=config_changed, restart_reason=restart_reason)
+
+    def _apply(self, wanted: Sequence[Wanted], *, why: str, connected: Iterable[str],
+               config_changed: bool, restart_reason: RestartReason | None) -> Outcome:
         """Bring each wanted output to its settings, live where the module can; see the
         module docstring. `connected` names the outputs that have a monitor (for the
         metrics). A compositor that is not running is left alone: it reads weston.ini when
@@ -290,6 +347,7 @@ class Compositor:
                 transform=want.transform if "transform" in fields else None,
                 scale=want.scale if "scale" in fields else None,
                 modeset=want.modeset)
+        self._note(want.output)
         log.info("output %s now %s %s scale %d, live in %.0f ms (%s)", want.output,
                  mode_text(state), state.transform, state.scale,
                  (time.monotonic() - started) * 1000, why)
@@ -339,6 +397,12 @@ class Compositor:
         False when there was no weston to restart: it reads weston.ini when it starts.
         `on_signalled` is called once weston was told (or there is none), before the wait.
         CompositorTimeoutError when nothing answers within `restart_timeout`."""
+        with self._changing:
+            return self._restart(reason, detail, moved=moved, on_signalled=on_signalled)
+
+    def _restart(self, reason: RestartReason, detail: str, *,
+                 moved: Callable[[], bool] | None,
+                 on_signalled: Callable[[], None] | None) -> bool:
         try:
             pid = self.read_pid()
         except WestonPidError as err:
@@ -347,6 +411,7 @@ class Compositor:
                 on_signalled()
             return False
         order_restart(pid, reason=f"{reason}: {detail}", directory=self.restarts_dir)
+        self._note()
         self.recorder.compositor_restarted(reason)
         with contextlib.suppress(ProcessLookupError):  # ended by itself: the order still holds
             os.kill(pid, signal.SIGTERM)

@@ -121,12 +121,12 @@ def dry_run() -> None:
 
 
 def _failures() -> tuple[type[Exception], ...]:
-    from draplugin.diagnose.plans import DiagnoseInputError, ReadOnlyError
+    from draplugin.diagnose.plans import DiagnoseInputError
     from draplugin.driver.checkpoint import CheckpointError
     from libdisplay import cdi
     from libdisplay.hardware import drm
 
-    return (DiagnoseInputError, ReadOnlyError, CheckpointError, drm.DrmError, cdi.CdiError)
+    return (DiagnoseInputError, CheckpointError, drm.DrmError, cdi.CdiError)
 
 
 @dry_run.command("weston-ini")

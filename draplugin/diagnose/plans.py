@@ -29,10 +29,6 @@ class DiagnoseInputError(ValueError):
     """An input file that cannot stand for the API's objects; the message names file and field."""
 
 
-class ReadOnlyError(RuntimeError):
-    """Something tried to write to the API during a dry run."""
-
-
 def load_objects(path: Path) -> list[JsonObject]:
     """The Kubernetes objects in a YAML or JSON file: documents, and the items of a `List`."""
     import yaml
@@ -84,9 +80,6 @@ class FileKube:
     def get_display(self, name: str) -> dict[str, Any] | None:
         found = self._displays.get(name)
         return None if found is None else dict(found)
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        raise ReadOnlyError(f"a dry run does not patch Display {name}")
 
 
 def displays_from(paths: Sequence[Path]) -> list[JsonObject]:
@@ -151,7 +144,8 @@ def cdi_spec(settings: Settings, kube: FileKube, claim: JsonObject) -> JsonObjec
     """The CDI spec prepare would write for `claim`, after prepare's own checks of it (its
     allocation in this node's pool, connected monitors, configs, modes offered, DDC/CI settings
     against the monitor's bus); the first failure raises as prepare's would."""
-    from draplugin.driver.state import ClaimRef, plan_claim
+    from draplugin.claims import ClaimRef
+    from draplugin.driver.state import plan_claim
     from draplugin.node import ddcmap
 
     ref = ClaimRef(uid=_metadata(claim, "uid", source="the claim"), namespace=_namespace(claim),

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from draplugin.driver.claimconfig import DisplayConfig, decode
+from libdisplay.pod import DRIVER
 
-DRIVER: Final = "display.liken.sh"
 _SOURCE_ORDER: Final = {"FromClass": 0, "FromClaim": 1}
 
 

@@ -4,9 +4,10 @@ from typing import Any
 
 import pytest
 
-from draplugin.driver.allocation import DRIVER, AllocatedDevice, AllocationError, allocated_devices
+from draplugin.driver.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.driver.claimconfig import ClaimConfigError, DisplayConfig
 from libdisplay.hardware.modes import Mode
+from libdisplay.pod import DRIVER
 
 
 def params(**fields: object) -> dict[str, object]:

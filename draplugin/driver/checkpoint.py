@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
+from draplugin.claims import ClaimRef
 from libdisplay import fsutil
 
 VERSION: Final = 1
@@ -52,6 +53,10 @@ class ClaimEntry:
 
     def with_state(self, state: State) -> ClaimEntry:
         return replace(self, state=state)
+
+    @property
+    def ref(self) -> ClaimRef:
+        return ClaimRef(namespace=self.namespace, name=self.name, uid=self.uid)
 
 
 @dataclass(frozen=True, slots=True)

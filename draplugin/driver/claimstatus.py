@@ -45,10 +45,10 @@ from lightkube.types import PatchType
 
 from draplugin import conditions
 from draplugin.apierrors import from_lightkube
-from draplugin.driver.allocation import DRIVER
-from draplugin.node.displays import ClaimRef
+from draplugin.claims import ClaimRef
 from libdisplay.compositor.weston import TRANSFORMS
 from libdisplay.hardware.modes import Mode
+from libdisplay.pod import DRIVER
 
 log = logging.getLogger(__name__)
 

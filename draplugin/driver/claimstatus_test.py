@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from draplugin.claims import ClaimRef
 from draplugin.driver import claimstatus
 from draplugin.driver.claimstatus import AppliedOutput, DeviceStatus
-from draplugin.node.displays import ClaimRef
 
 
 @dataclass(frozen=True)

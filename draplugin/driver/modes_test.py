@@ -8,7 +8,6 @@ path is `draplugin.compositor`'s to test.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +45,6 @@ class FakeDisplays:
         spec = self.specs.get(name)
         return None if spec is None else {"metadata": {"name": name, "generation": 1},
                                           "spec": dict(spec)}
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        raise AssertionError(f"a Display's spec is a person's: patched {name} with {patch}")
 
 
 def holding(mode: str, *, state: State = "prepared", uid: str = "u-1",

@@ -44,6 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args
 
+# Re-exported: the kubelet-facing side names the claims it hands the driver by it.
+from draplugin.claims import ClaimRef as ClaimRef  # noqa: PLC0414
 from draplugin.compositor import Compositor, CompositorError, Followed, RestartReason
 from draplugin.driver import checkpoint, delivery, modes
 from draplugin.driver.allocation import AllocatedDevice, AllocationError, allocated_devices
@@ -133,13 +135,6 @@ class NoDdc:
 
     def apply(self, plan: DdcPlan) -> None:
         raise DdcNotSupportedError(f"DDC/CI settings for {plan.connector} are not supported")
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    uid: str
-    namespace: str
-    name: str
 
 
 @dataclass(frozen=True, slots=True)

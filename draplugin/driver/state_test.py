@@ -15,9 +15,10 @@ from typing import Any, cast
 
 import pytest
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Outcome
 from draplugin.driver import modes
-from draplugin.driver.state import ClaimRef, Driver
+from draplugin.driver.state import Driver
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
@@ -41,7 +42,6 @@ class DictKube:
 
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.patches: list[tuple[str, Mapping[str, object]]] = []
         self.broken: set[str] = set()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -51,9 +51,6 @@ class DictKube:
 
     def get_display(self, name: str) -> dict[str, Any] | None:
         return None
-
-    def patch_display_spec(self, name: str, patch: Mapping[str, object]) -> None:
-        self.patches.append((name, patch))
 
     def add(self, name: str, devices: Sequence[str], params: Sequence[Mapping[str, object]]
             ) -> ClaimRef:
@@ -201,7 +198,6 @@ def test_a_two_device_claim_whose_second_mode_is_not_offered_changes_nothing(
     reading = buses.run(3, lambda client: client.get_vcp(mccs.BRIGHTNESS))
     assert reading.current == 50
     assert _written(settings) == before
-    assert kube.patches == []
 
 
 def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: Path) -> None:
@@ -224,7 +220,6 @@ def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: 
     assert "transform=rotate-90" in settings.weston_ini.read_text()
     assert rolled.unprepare([claim]) == {claim.uid: ""}
     assert "transform" not in settings.weston_ini.read_text()
-    assert kube.patches == []
     # No weston runs here, so nothing was ordered.
     scraped = _scrape(metrics)
     assert [scraped[f'display_compositor_restarts_total{{reason="{r}"}}']

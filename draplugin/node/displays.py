@@ -51,6 +51,7 @@ from lightkube.generic_resource import GenericGlobalResource, create_global_reso
 from lightkube.types import PatchType
 
 from draplugin import conditions
+from draplugin.claims import ClaimRef
 from draplugin.conditions import ConditionStatus
 from draplugin.monitors import read_monitor
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, with_retries
@@ -100,15 +101,6 @@ class SpecOutcomeError(DisplaysError, ValueError):
     def __init__(self, field: str, text: str) -> None:
         super().__init__(f"{field}: {text}")
         self.field = field
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """The ResourceClaim holding a monitor."""
-
-    namespace: str
-    name: str
-    uid: str
 
 
 @dataclass(frozen=True, slots=True)

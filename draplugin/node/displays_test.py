@@ -11,6 +11,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.types import PatchType
 
+from draplugin.claims import ClaimRef
 from draplugin.node import displays
 from draplugin.node.retry import Backoff
 from fakekube.client import run_async
@@ -70,7 +71,7 @@ def test_creates_a_display_per_connector_with_status(fake: FakeKube, tmp_path: P
         ddc={"card0-hdmi-a-1": displays.DdcState(supported=True, capabilities="(vcp(10 60))",
                                                   vcp_codes=(0x60, 0x10), inputs=("hdmi1",),
                                                   brightness=70, power="on")},
-        claims={"card0-hdmi-a-1": displays.ClaimRef("ns", "screen", "uid-1")},
+        claims={"card0-hdmi-a-1": ClaimRef("ns", "screen", "uid-1")},
     )
 
     async def scenario(client: AsyncClient) -> dict[str, displays.Result]:
@@ -242,7 +243,7 @@ def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
 def test_last_transition_time_moves_only_when_the_status_does(fake: FakeKube,
                                                                tmp_path: Path) -> None:
     cards = _machine(tmp_path)
-    held = displays.SpecOutcome.held_by_claim(displays.ClaimRef("ns", "screen", "uid-1"))
+    held = displays.SpecOutcome.held_by_claim(ClaimRef("ns", "screen", "uid-1"))
     # A stored time in the past shows whether the next write keeps or renews it.
     old_time = "2020-01-01T00:00:00Z"
 
@@ -362,7 +363,7 @@ def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: FakeKube,
     """Once the watch has listed, a hotplug, a claim, a spec report and idle passes read no
     Display from the API: only what changed is written."""
     cards = _machine(tmp_path)
-    claimed = displays.Observed(claims={"card0-hdmi-a-1": displays.ClaimRef("ns", "s", "u1")})
+    claimed = displays.Observed(claims={"card0-hdmi-a-1": ClaimRef("ns", "s", "u1")})
 
     async def scenario(client: AsyncClient) -> tuple[list[str], list[str], list[str]]:
         publisher = displays.Displays(client, node=NODE, backoff=FAST)

@@ -232,6 +232,8 @@ class Hotplug:
 
     async def _rescan(self, probe: bool) -> Changes:
         self.rescans += 1
+        if self._reprobe is not None:
+            self._reprobe.begin()
         try:
             cards = await asyncio.to_thread(self._scan)
             cards = await self._reprobed(cards, probe)

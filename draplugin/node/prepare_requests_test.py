@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from draplugin import operator
-from draplugin.driver.state import ClaimRef, Driver
+from draplugin.claims import ClaimRef
+from draplugin.driver.state import Driver
 from draplugin.kube import LightkubeKube
 from draplugin.node.displays import NotCachedError
 from draplugin.node.settings import NodeSettings

@@ -91,7 +91,11 @@ Restarter = Callable[[str, Callable[[], bool]], bool]
 `moved()` (sysfs shows the change) holds; False when there was no compositor to restart."""
 Prober = Callable[[], tuple[ConnectorProbe, ...] | None]
 """The compositor's PROBE: what it found, None where it cannot (LayoutError: no answer)."""
-PowerOff = Callable[[str], None]
+PowerOff = Callable[[str, int | None], bool]
+"""`power_off(output, decided_at)`: turn it off unless it changed after the ticket
+`decided_at` (`Compositor.power_off`); whether it did."""
+Ticket = Callable[[], int]
+"""The compositor's change count now (`Compositor.ticket`)."""
 
 
 class Reprobe:
@@ -104,17 +108,25 @@ class Reprobe:
     """
 
     def __init__(self, outputs: OutputsReader, restart: Restarter, *,
-                 probe: Prober | None = None, power_off: PowerOff | None = None) -> None:
+                 probe: Prober | None = None, power_off: PowerOff | None = None,
+                 ticket: Ticket | None = None) -> None:
         self._outputs = outputs
         self._restart = restart
         self._probe = probe
         self._power_off = power_off
+        self._ticket = ticket
+        self._decided_at: int | None = None
         self._live = False  # the last probe answered: weston can follow a re-plug live
         self._driven: dict[str, str] = {}
         self._dark: set[str] = set()
         self._restarted_for: Fingerprint | None = None
         self.restarts = 0
         self.powered_off = 0
+
+    def begin(self) -> None:
+        """A sysfs read is about to be made: what is decided on it holds only for outputs
+        that no other change touched since (the compositor's `ticket`)."""
+        self._decided_at = None if self._ticket is None else self._ticket()
 
     async def probe(self, *, ask: bool = True) -> bool:
         """Ask the compositor to re-detect the card's connectors; True when it did, so a
@@ -185,11 +197,13 @@ class Reprobe:
         if self._power_off is None:
             return
         try:
-            await asyncio.to_thread(self._power_off, output)
+            done = await asyncio.to_thread(self._power_off, output, self._decided_at)
         except LayoutError as err:
             log.error("hotplug: cannot power off output %s after its monitor left: %s",
                       output, err)
             return
+        if not done:
+            return  # changed since the read (a claim lit it): the next read decides again
         self._dark.add(output)
         self.powered_off += 1
         log.info("hotplug: the monitor on %s left: output powered off, no restart", output)
@@ -247,9 +261,16 @@ def prober(compositor: Compositor) -> Prober:
     return compositor.probe_connectors
 
 
-def for_compositor(compositor: Compositor) -> Reprobe:
-    def power_off(output: str) -> None:
-        compositor.power_off(output)
+def power_off(compositor: Compositor) -> PowerOff:
+    """The power-off of an output whose monitor left, unless it changed since the read."""
 
-    return Reprobe(outputs_reader(compositor), restarter(compositor),
-                   probe=prober(compositor), power_off=power_off)
+    def turn_off(output: str, decided_at: int | None) -> bool:
+        return compositor.power_off(output, decided_at=decided_at) is not None
+
+    return turn_off
+
+
+def for_compositor(compositor: Compositor) -> Reprobe:
+    """The follow-up of a hotplug on `compositor`, every change asked of it (its owner)."""
+    return Reprobe(outputs_reader(compositor), restarter(compositor), probe=prober(compositor),
+                   power_off=power_off(compositor), ticket=compositor.ticket)

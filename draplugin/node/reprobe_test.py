@@ -17,8 +17,10 @@ from draplugin import compositor as operator_compositor
 from draplugin.node import hotplug, reprobe
 from libdisplay.compositor import layout
 from libdisplay.hardware import drm
+from libdisplay.hardware.modes import Mode
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support.fake_layout import FakeModule, serving, stand_in_weston, state_line
 
 A = build_edid(EdidParams(serial_number=1, name="A"))
 B = build_edid(EdidParams(serial_number=2, name="B"))
@@ -173,8 +175,9 @@ class Probing(Compositor):
         self.kernel = lambda: None
         return ()
 
-    def power_off(self, output: str) -> None:
+    def power_off(self, output: str, _decided_at: int | None) -> bool:
         self.dark.append(output)
+        return True
 
 
 def _probing(scan: hotplug.Scan, compositor: Probing, published: Published
@@ -290,3 +293,48 @@ def test_where_the_compositor_cannot_probe_sysfs_alone_decides(tmp_path: Path,
     asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
     assert len(compositor.restarts) == 1
     assert asked == ([answer] if answer == "unsupported" else [answer] * 2)
+
+
+def test_a_claims_reconfigure_between_a_hotplug_read_and_its_power_off_wins(
+        tmp_path: Path) -> None:
+    """The follow-up reads DP-1 unplugged; before it acts, the monitor is back and a claim's
+    reconfigure of DP-1 goes through the compositor's owner. The follow-up's power-off, decided
+    on the older read, is dropped: DP-1 ends at the claim's settings, lit, with no restart."""
+    scan = _machine(tmp_path)
+    module = FakeModule({"HDMI-A-1": state_line(), "DP-1": state_line()}, probes=True)
+    restarts: list[str] = []
+
+    def restart(reason: str, _moved: Callable[[], bool]) -> bool:
+        restarts.append(reason)
+        return True
+
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        owner = operator_compositor.Compositor(
+            socket=tmp_path / "wayland-0", pid_file=tmp_path / "weston.pid",
+            restarts_dir=tmp_path / "restarts", control=tmp_path / "layout.sock",
+            restart_timeout=0.3)
+        follow = reprobe.Reprobe(
+            lambda: frozenset({"HDMI-A-1", "DP-1"}),
+            restart,
+            probe=reprobe.prober(owner), power_off=reprobe.power_off(owner),
+            ticket=owner.ticket)
+
+        async def main() -> bool:
+            before = scan()
+            follow.adopted(before, hotplug.fingerprint(before))
+            follow.begin()  # the hotplug pass begins: its read comes next
+            assert await follow.probe()
+            _probe_unplugged(tmp_path, "card0-DP-1")
+            read = scan()
+            (_connector(tmp_path, "card0-DP-1") / "status").write_text("connected\n")
+            await asyncio.to_thread(owner.apply, [operator_compositor.Wanted(
+                "DP-1", Mode(1280, 720, 60000))], why="claim kiosk states 1280x720@60")
+            return await follow(read, hotplug.fingerprint(read), sysfs_changed=True,
+                                moved=lambda: False)
+
+        restarted = asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+        assert weston.poll() is None
+    assert not restarted and restarts == [] and follow.powered_off == 0
+    state = layout.parse_output_state(f"DP-1 {module.outputs['DP-1']}")
+    assert (state.width, state.height, state.powered) == (1280, 720, True)

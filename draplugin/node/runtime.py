@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from lightkube import AsyncClient
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Compositor, Followed
 from draplugin.driver.claimconfig import DisplayConfig
 from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe, slices, watchdog
@@ -33,6 +34,7 @@ from libdisplay.hardware import drm
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube import lightkube_client as kubelightkube
 from libdisplay.kube.access import Endpoint
+from libdisplay.pod import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class _Observed:
     ddc: dict[str, displays.DdcState] = field(default_factory=dict)
-    claims: dict[str, displays.ClaimRef] = field(default_factory=dict)
+    claims: dict[str, ClaimRef] = field(default_factory=dict)
 
 
 class NodeRuntime:
@@ -80,8 +82,8 @@ class NodeRuntime:
         self._failure: asyncio.Future[None] | None = None
         self.watchdog = watchdog.Watchdog(
             compositor.socket, listeners=[self._on_availability], pid=compositor.pid,
-            interval=config.watchdog_interval, timeout=config.watchdog_timeout,
-            on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
+            interval=config.watchdog_interval, budget=config.hang_budget,
+            kill=compositor.kill, on_kill=lambda _pid: self.metrics.watchdog_kills.inc())
         self.hotplug: hotplug.Hotplug | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._displays_due = asyncio.Event()
@@ -158,7 +160,7 @@ class NodeRuntime:
         compositor failed): it is called again after a backoff."""
         self._follow = follow
 
-    def set_claims(self, claims: Mapping[str, displays.ClaimRef]) -> None:
+    def set_claims(self, claims: Mapping[str, ClaimRef]) -> None:
         """The claims holding devices now (device name → claim), for the Display status;
         written at the next reconcile (call `refresh()` to write now)."""
         self._observed.claims = dict(claims)
@@ -266,11 +268,23 @@ class NodeRuntime:
         self._displays_due.set()
 
     async def _display_loop(self) -> None:
+        """One Display pass per request; a pass the API failed is owed, and made again after
+        the publisher's backoff until one succeeds: the status an outage held up goes out
+        within that delay of the API's return, not at the next hotplug or the watch's
+        (much longer) re-list."""
+        attempt = 0
         while True:
             await self._displays_due.wait()
             self._displays_due.clear()
-            if self.hotplug is not None:
-                await self._reconcile_displays(self.hotplug.cards)
+            if self.hotplug is None or await self._reconcile_displays(self.hotplug.cards):
+                attempt = 0
+                continue
+            delay = self.config.backoff.delay(attempt)
+            attempt += 1
+            log.warning("the Displays' status is owed to the API; trying again in %.1f s",
+                        delay)
+            await asyncio.sleep(delay)
+            self._displays_due.set()
 
     async def _follow_loop(self) -> None:
         attempt = 0
@@ -299,7 +313,9 @@ class NodeRuntime:
             await asyncio.sleep(delay)
             self._connectors_due.set()
 
-    async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> None:
+    async def _reconcile_displays(self, cards: tuple[drm.Card, ...]) -> bool:
+        """One Display pass; False when the API failed it (the pass is then owed: the
+        display loop makes it again)."""
         async with self._reconciling:
             outputs = await self._outputs(cards) if self.compositor_available else {}
             observed = displays.Observed(outputs=outputs, ddc=self._observed.ddc,
@@ -309,7 +325,10 @@ class NodeRuntime:
             except displays.DisplaysError as err:
                 if fatal(err):
                     raise
-                log.error("%s (retried at the next hotplug or resync)", err)
+                log.error("%s (the pass is made again)", err)
+                self._displays_due.set()
+                return False
+            return True
 
     async def _outputs(self, cards: tuple[drm.Card, ...]) -> dict[str, wayland.Output]:
         """The compositor's outputs by device name: what each runs at now."""
@@ -368,7 +387,7 @@ class NodeRuntime:
 
 def async_client(*, api_server: str | None = None, kubeconfig: Path | None = None,
                  endpoint: Endpoint | None = None,
-                 field_manager: str = "display-operator") -> AsyncClient:
+                 field_manager: str = FIELD_MANAGER) -> AsyncClient:
     """An AsyncClient for `endpoint`, else for what `kubeaccess.discover` finds from a URL,
     a kubeconfig or the pod's service account."""
     found = endpoint or kubeaccess.discover(api_server=api_server, kubeconfig=kubeconfig)

@@ -11,8 +11,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Compositor
-from draplugin.node import displays, hotplug, runtime, slices
+from draplugin.node import hotplug, runtime, slices
 from draplugin.node.settings import NodeSettings
 from draplugin.testing import until
 from fakekube.client import async_client
@@ -87,7 +88,7 @@ def test_a_hotplug_and_a_claim_read_no_display_and_idle_resyncs_send_nothing(
                              "the plug in the slice and the Display")
                 plugged = _requests(fake)
                 fake.requests.clear()
-                node.set_claims({"card0-hdmi-a-1": displays.ClaimRef("ns", "screen", "u1")})
+                node.set_claims({"card0-hdmi-a-1": ClaimRef("ns", "screen", "u1")})
                 await node.refresh()
                 claimed = _requests(fake)
                 fake.requests.clear()

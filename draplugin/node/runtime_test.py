@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from draplugin.claims import ClaimRef
 from draplugin.compositor import Compositor, Followed
 from draplugin.driver.claimconfig import DisplayConfig
-from draplugin.node import ddcmap, displays, hotplug, runtime, slices, watchdog
+from draplugin.node import ddcmap, hotplug, runtime, slices, watchdog
 from draplugin.node.settings import NodeSettings
 from draplugin.testing import WAIT_SECONDS, until
 from fakekube.client import async_client
@@ -180,7 +181,7 @@ def test_thread_runs_the_runtime_for_a_sync_main(tmp_path: Path) -> None:
             while not all(d.get("taints") for d in _devices(fake)) or not _devices(fake):
                 assert time.monotonic() < deadline, "no tainted slice: the compositor is absent"
                 time.sleep(0.02)
-            node.set_claims({"card0-hdmi-a-1": displays.ClaimRef("ns", "c", "uid-1")})
+            node.set_claims({"card0-hdmi-a-1": ClaimRef("ns", "c", "uid-1")})
             thread.submit(node.refresh()).result(timeout=WAIT_SECONDS)
             assert _display_status(fake, "card0-hdmi-a-1")["claim"]["uid"] == "uid-1"
         finally:

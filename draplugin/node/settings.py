@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draplugin.node import watchdog
+from draplugin.node import hangs, watchdog
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff
 
 
@@ -30,8 +30,12 @@ class NodeSettings:
     """Seconds between re-reads of sysfs without a uevent, for lost events."""
     ddc_timeout: float = 10.0
     watchdog_interval: float = watchdog.INTERVAL_S
-    watchdog_timeout: float = watchdog.TIMEOUT_S
-    """The watchdog's cadence: its defaults are the hang budgets' (draplugin.node.watchdog)."""
+    """Seconds between the watchdog's probes (draplugin.node.watchdog)."""
+    hang_budget: hangs.Budget = hangs.DEFAULT_BUDGET
+    """When a silent compositor is tainted and killed: its defaults are the hang budgets'
+    (draplugin.node.hangs)."""
+    prepare_wait: float = watchdog.PREPARE_WAIT_S
+    """Seconds a prepare waits for the watchdog's first verdict (the operator just started)."""
     probe_timeout: float = 1.0
     """The compositor's other probes (its outputs, a restart's answer)."""
     liveness_timeout: float = 60.0

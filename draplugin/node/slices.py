@@ -34,10 +34,10 @@ from draplugin.monitors import read_monitor
 from draplugin.node.retry import DEFAULT_BACKOFF, Backoff, RetryError, fatal, with_retries
 from libdisplay.hardware.drm import Card, Connector
 from libdisplay.kube.watch import DEFAULT_TIMING, Informer, LightkubeSource, Timing
+from libdisplay.pod import DRIVER
 
 log = logging.getLogger(__name__)
 
-DRIVER = "display.liken.sh"
 ADDRESS_ATTRIBUTE = "liken.sh/address"
 TAINT_KEY = "display.liken.sh/compositor-unavailable"
 TAINT_EFFECT = "NoSchedule"

@@ -15,6 +15,7 @@ from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.faults import FaultCode
 from fakekube.server import FakeKube
+from libdisplay import pod
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import parse_mode
 from libdisplay.sim import sysfs as sysfs_tree
@@ -123,7 +124,7 @@ def test_bad_attribute_names_are_refused(name: str) -> None:
 
 def test_long_node_name_gives_a_valid_slice_name() -> None:
     name = slices.slice_name("n" * 250)
-    assert len(name) <= 253 and name.endswith(slices.DRIVER)
+    assert len(name) <= 253 and name.endswith(pod.DRIVER)
 
 
 def test_publish_creates_once_then_no_churn(fake: FakeKube, tmp_path: Path) -> None:

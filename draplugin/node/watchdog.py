@@ -1,20 +1,20 @@
-"""The compositor watchdog: probe weston's socket twice a second, SIGKILL it when it hangs.
+"""The compositor watchdog: probe weston's socket twice a second, tell a busy compositor from
+a hung one, and SIGKILL a hung one.
 
-A probe is `libdisplay.compositor.wayland.probe` (registry + sync round trip). Answering →
-available.
-DEAD or ABSENT → unavailable at once; HUNG → unavailable from the `miss_limit`th in a row (one
-slow answer on a loaded node is not an outage, and each flap would rewrite the slice twice).
-The cadence is the budget's: with 0.5 s probes back to back, a weston silent for 1.5 s is
-tainted and one silent for 2.5 s is killed, so a hang that begins just after an answer is
-tainted within 2 s and killed within 3 s (`bench/run operator` prints both).
-The listeners hear each change once (taint the devices, report them Unhealthy, refuse
-prepares; and the reverse when it answers again). HUNG (connected
-but silent, or EAGAIN on connect) for `hung_limit` probes in a row → SIGKILL the weston whose
-pid the operator's `Compositor` gives (the pid file westonctl writes, checked to name a weston
-of this pid namespace, so a stale pid file never kills a stranger). A stopped process takes no
-SIGTERM, and a hang is a crash: no restart order is written, so westonctl exits and the
-kubelet counts the restart. DEAD or
-ABSENT means there is nothing to kill: westonctl and the kubelet are already restarting it.
+A probe is a registry + sync round trip (`libdisplay.compositor.wayland.Probe`). An
+unanswered probe is not abandoned after a time-out: it stays sent, each tick waits on it up to
+one interval, and an answer that comes late is an answer (its lateness is logged). Answering
+→ available. DEAD or ABSENT → unavailable at once: nothing to kill, westonctl and the kubelet
+are already restarting it. A silence is judged by `draplugin.node.hangs` from what the
+machine says (the process's state and CPU time in `/proc`, the CPU pressure): a busy
+compositor stays available, a hung one is made unavailable (`Budget.taint_after`) and then
+SIGKILLed (`kill_after`). The listeners hear each change once (taint the devices, report them
+Unhealthy, refuse prepares; and the reverse when it answers again).
+
+The kill goes to the weston whose pid the operator's `Compositor` gives (the pid file westonctl
+writes, checked to name a weston of this pid namespace, so a stale pid file never kills a
+stranger). A stopped process takes no SIGTERM, and a hang is a crash: no restart order is
+written, so westonctl exits and the kubelet counts the restart.
 
 A crash and restart quicker than one probe interval never shows as unavailable, yet the new
 compositor has none of the claims' sockets: the pid westonctl writes tells it apart, so an
@@ -27,17 +27,21 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from libdisplay.compositor.wayland import Liveness, ProbeResult, WaylandError, probe
+from draplugin.node.hangs import DEFAULT_BUDGET, Budget, Judgement, Silence
+from libdisplay import procfs
+from libdisplay.compositor.wayland import Liveness, Probe, ProbeResult, WaylandError
 
 log = logging.getLogger(__name__)
 
-# The cadence the hang budgets are met with (module docstring).
 INTERVAL_S = 0.5
-TIMEOUT_S = 0.5
+"""Seconds between probes, and the longest one tick waits on an unanswered one."""
+PREPARE_WAIT_S = 30.0
+"""How long a prepare waits for the watchdog's first verdict: within the kubelet's 45 s."""
 
 
 class WatchdogError(Exception):
@@ -60,8 +64,9 @@ PidReader = Callable[[], int | None]
 
 
 class Watchdog:
-    """Probes `socket` every `interval` seconds; tells `listeners` of each availability change.
-    `pid` gives the compositor's checked pid."""
+    """Probes `socket` every `interval` seconds and judges its silences against `budget`;
+    tells `listeners` of each availability change. `pid` gives the compositor's checked
+    pid, `proc` the `/proc` its state is read from."""
 
     def __init__(
         self,
@@ -70,78 +75,142 @@ class Watchdog:
         pid: PidReader,
         listeners: Sequence[Listener] = (),
         interval: float = INTERVAL_S,
-        timeout: float = TIMEOUT_S,
-        hung_limit: int = 5,
-        miss_limit: int = 3,
+        budget: Budget = DEFAULT_BUDGET,
+        proc: Path = procfs.PROC,
         kill: Killer = os.kill,
         on_kill: Callable[[int], None] | None = None,
     ) -> None:
-        if interval <= 0 or timeout <= 0 or hung_limit < 1 or miss_limit < 1:
-            raise WatchdogError(
-                f"interval {interval!r} and timeout {timeout!r} must be positive, "
-                f"hung_limit {hung_limit!r} and miss_limit {miss_limit!r} at least 1"
-            )
+        if interval <= 0:
+            raise WatchdogError(f"interval {interval!r} must be positive")
         self._socket = socket
         self._listeners = list(listeners)
         self._read_pid = pid
         self._interval = interval
-        self._timeout = timeout
-        self._hung_limit = hung_limit
-        self._miss_limit = miss_limit
+        self._silence = Silence(budget)
+        self._proc = proc
         self._kill = kill
         self._on_kill = on_kill
-        self._hung = 0
+        self._pending: Probe | None = None
+        self._silent_since: float | None = None
+        self._killed = False  # this silence's kill was tried: one per hang
+        self._told_busy = False  # this silence was logged as busy
         self._pid: int | None = None
         self.availability: Availability | None = None
         self.kills = 0
+        self.slowest_s = 0.0
+        """The slowest answer seen so far (seconds from its probe's send), for the record."""
+
+    @property
+    def budget(self) -> Budget:
+        return self._silence.budget
 
     @property
     def available(self) -> bool:
-        """Whether the last probe found the compositor answering (False before the first)."""
+        """Whether the compositor is judged available (False before the first verdict)."""
         return self.availability is not None and self.availability.available
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def refusal(self, *, wait: float = PREPARE_WAIT_S) -> str | None:
+        """Why a prepare must fail now, or None. Before the first verdict (the operator just
+        started) it waits up to `wait` seconds for one; a busy compositor is available, so
+        its prepares go on and wait for it. Blocking: call it off the watchdog's loop."""
+        deadline = time.monotonic() + wait
+        while self.availability is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        availability = self.availability
+        if availability is not None and availability.available:
+            return None
+        detail = availability.detail if availability else "not probed yet"
+        return (f"the compositor does not answer on its socket ({detail}); "
+                "the claim is prepared once it does")
+
     async def run(self) -> None:
-        """Probe forever, one probe per `interval` (a slow probe is not followed by a sleep)."""
+        """Probe forever, one tick per `interval` (a tick that waited is not followed by a
+        sleep)."""
         loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await self.step()
-            await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
-
-    async def step(self) -> Availability:
-        """One probe (in a thread: it blocks up to `timeout`), then kill and notify as due."""
-        found = await asyncio.to_thread(self._probe)
-        if found.state is Liveness.HUNG:
-            self._hung += 1
-            if self._hung >= self._hung_limit:
-                self._hung = 0
-                self._kill_compositor(found)
-        else:
-            self._hung = 0
-        if 0 < self._hung < self._miss_limit and self.available:
-            log.info("compositor missed a probe (%s); unavailable after %d in a row",
-                     found.detail, self._miss_limit)
-            return found
-        return self._record(found)
-
-    def _probe(self) -> Availability:
         try:
-            result: ProbeResult = probe(self._socket, timeout=self._timeout)
-        except WaylandError as err:
-            return Availability(False, None, f"cannot probe {self._socket}: {err}")
+            while True:
+                started = loop.time()
+                await self.step()
+                await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
+        finally:
+            self._drop_probe()
+
+    async def step(self) -> Availability | None:
+        """One tick: wait up to `interval` for the probe's answer (in a thread), then judge,
+        kill and notify as due. The availability after it (None before a first verdict)."""
+        found = await asyncio.to_thread(self._wait_for_answer)
+        if found is not None:
+            return self._record(found)
+        judged = self._judge()
+        if judged.kill and not self._killed:
+            self._killed = True
+            self._kill_compositor(judged)
+        if judged.hung:
+            return self._record(Availability(False, Liveness.HUNG, judged.detail))
+        if not self._told_busy and self.available:
+            self._told_busy = True
+            log.info("compositor busy, not hung: %s", judged.detail)
+        return self.availability
+
+    def _wait_for_answer(self) -> Availability | None:
+        """The probe's verdict when it has one, None while the compositor is silent."""
+        if self._pending is None:
+            try:
+                self._pending = Probe(self._socket)
+            except WaylandError as err:
+                self._quiet()
+                return Availability(False, None, f"cannot probe {self._socket}: {err}")
+            if self._silent_since is None:
+                self._silent_since = self._pending.started
+        result: ProbeResult | None = self._pending.wait(self._interval)
+        if result is None:
+            return None
+        self._pending = None
+        if result.state is Liveness.HUNG:  # EAGAIN on connect: a backlog nobody accepts
+            return None
+        self._quiet()
+        if result.state is Liveness.ANSWERING and result.round_trip_s is not None:
+            self.slowest_s = max(self.slowest_s, result.round_trip_s)
+            if result.round_trip_s > self._interval:
+                log.info("compositor answered late, %.2f s after the probe: busy, not hung",
+                         result.round_trip_s)
         return Availability(result.state is Liveness.ANSWERING, result.state, result.detail)
 
-    def _kill_compositor(self, found: Availability) -> None:
+    def _quiet(self) -> None:
+        """A verdict that ends the silence: answered, gone, or not to be probed."""
+        self._silent_since = None
+        self._killed = self._told_busy = False
+        self._silence.tick(time.monotonic(), silent_since=None, stat=self._stat(),
+                           pressure=None)
+
+    def _judge(self) -> Judgement:
+        return self._silence.tick(time.monotonic(), silent_since=self._silent_since,
+                                  stat=self._stat(), pressure=procfs.cpu_pressure(proc=self._proc))
+
+    def _stat(self) -> procfs.ProcessStat | None:
+        pid = self._read_pid()
+        if pid is None:
+            return None
+        try:
+            return procfs.stat(pid, proc=self._proc)
+        except OSError:
+            return None
+
+    def _drop_probe(self) -> None:
+        if self._pending is not None:
+            self._pending.close()
+            self._pending = None
+
+    def _kill_compositor(self, judged: Judgement) -> None:
         pid = self._read_pid()
         if pid is None:
             log.warning("compositor hung (%s) but there is nothing to kill: no weston pid",
-                        found.detail)
+                        judged.detail)
             return
-        log.warning("compositor pid %d hung for %d probes (%s): SIGKILL",
-                    pid, self._hung_limit, found.detail)
+        log.warning("compositor pid %d hung (%s): SIGKILL", pid, judged.detail)
         try:
             self._kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -150,7 +219,6 @@ class Watchdog:
         self.kills += 1
         if self._on_kill is not None:
             self._on_kill(pid)
-
     def _record(self, now: Availability) -> Availability:
         before = self.availability
         self.availability = now

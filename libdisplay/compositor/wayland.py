@@ -301,20 +301,32 @@ class Connection:
         body = _encode(args)
         self._out += _HEADER.pack(object_id, (len(body) + _HEADER.size) << 16 | opcode) + body
 
-    def roundtrip(self, *, deadline: float) -> None:
-        """Send what is queued plus `wl_display.sync`; dispatch events until its `done`."""
+    def sync(self) -> Callable[[], bool]:
+        """Queue `wl_display.sync`; the check returned holds once its `done` arrived."""
         answered: list[bool] = []
         callback = self.new_object("wl_callback", lambda _opcode, _args: answered.append(True))
         self.request(_DISPLAY_ID, _DISPLAY_SYNC, callback)
-        self.dispatch_until(lambda: bool(answered), deadline=deadline, what="wl_display.sync")
+        return lambda: bool(answered)
 
-    def get_registry(self, *, deadline: float) -> tuple[Global, ...]:
-        """Create the registry (once) and return the globals known after a round trip."""
+    def roundtrip(self, *, deadline: float) -> None:
+        """Send what is queued plus `wl_display.sync`; dispatch events until its `done`."""
+        self.dispatch_until(self.sync(), deadline=deadline, what="wl_display.sync")
+
+    def ask_registry(self) -> None:
+        """Queue the registry's creation (once); its globals arrive with the next round trip."""
         if not self._registry_id:
             self._registry_id = self.new_object("wl_registry", self._on_registry)
             self.request(_DISPLAY_ID, _DISPLAY_GET_REGISTRY, self._registry_id)
-        self.roundtrip(deadline=deadline)
+
+    @property
+    def globals(self) -> tuple[Global, ...]:
         return tuple(self._globals.values())
+
+    def get_registry(self, *, deadline: float) -> tuple[Global, ...]:
+        """Create the registry (once) and return the globals known after a round trip."""
+        self.ask_registry()
+        self.roundtrip(deadline=deadline)
+        return self.globals
 
     def bind(self, announced: Global, *, version: int, handler: Handler | None) -> int:
         """Queue `wl_registry.bind` of a global at `version`; returns the new object's id."""
@@ -406,43 +418,82 @@ class Connection:
             self._globals.pop(args.uint(), None)
 
 
+class Probe:
+    """One registry + sync round trip that can be waited for in parts.
+
+    `wait(seconds)` returns the ProbeResult once the compositor answered, closed the
+    connection or refused it, and None while it is silent: the request stays sent, so an
+    answer that comes late is still seen as an answer, with its lateness (`round_trip_s`,
+    counted from the connect). Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.started = time.monotonic()
+        self._conn: Connection | None = None
+        self._done: Callable[[], bool] = lambda: False
+        self.result: ProbeResult | None = None
+        try:
+            self._conn = Connection.connect(self.path)
+        except WaylandConnectError as exc:
+            self.result = _classify_connect_error(self.path, exc)
+            return
+        self._conn.ask_registry()
+        self._done = self._conn.sync()
+
+    def wait(self, seconds: float) -> ProbeResult | None:
+        """Wait up to `seconds` for the answer; the result once there is one, else None."""
+        if self.result is not None or self._conn is None:
+            return self.result
+        try:
+            self._conn.dispatch_until(self._done, deadline=time.monotonic() + seconds,
+                                      what="wl_display.sync")
+        except WaylandTimeoutError:
+            return None
+        except WaylandClosedError as exc:
+            self.result = ProbeResult(self.path, Liveness.DEAD, None,
+                                      f"closed without answering: {exc}")
+        except WaylandProtocolError as exc:
+            # It read our requests and replied, so it is alive even if it disliked them.
+            self.result = ProbeResult(self.path, Liveness.ANSWERING,
+                                      time.monotonic() - self.started, str(exc))
+        else:
+            elapsed = time.monotonic() - self.started
+            self.result = ProbeResult(
+                self.path, Liveness.ANSWERING, elapsed,
+                f"registry ({len(self._conn.globals)} globals) and sync answered in "
+                f"{elapsed * 1000:.1f} ms")
+        self.close()
+        return self.result
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def probe(path: str | os.PathLike[str], *, timeout: float = 1.0) -> ProbeResult:
     """Classify the compositor at `path` with one registry + sync round trip.
 
-    Returns within `timeout` seconds (plus scheduling noise). Connect errors other than
-    ENOENT/ENOTDIR, ECONNREFUSED and EAGAIN (e.g. EACCES) are not a liveness state and raise
-    WaylandConnectError; undecodable bytes raise WaylandMessageError.
+    Returns within `timeout` seconds (plus scheduling noise); silent that long, it is HUNG.
+    Connect errors other than ENOENT/ENOTDIR, ECONNREFUSED and EAGAIN (e.g. EACCES) are not
+    a liveness state and raise WaylandConnectError; undecodable bytes raise
+    WaylandMessageError.
     """
     if timeout <= 0:
         raise WaylandUsageError(f"probe timeout must be positive, got {timeout!r}")
-    target = Path(path)
-    start = time.monotonic()
-    try:
-        conn = Connection.connect(target)
-    except WaylandConnectError as exc:
-        return _classify_connect_error(target, exc)
-    with conn:
-        try:
-            found = conn.get_registry(deadline=start + timeout)
-        except WaylandTimeoutError:
-            return ProbeResult(
-                target,
-                Liveness.HUNG,
-                None,
-                f"connected, no answer to wl_display.sync within {timeout:g} s",
-            )
-        except WaylandClosedError as exc:
-            return ProbeResult(target, Liveness.DEAD, None, f"closed without answering: {exc}")
-        except WaylandProtocolError as exc:
-            # It read our requests and replied, so it is alive even if it disliked them.
-            return ProbeResult(target, Liveness.ANSWERING, time.monotonic() - start, str(exc))
-    elapsed = time.monotonic() - start
-    return ProbeResult(
-        target,
-        Liveness.ANSWERING,
-        elapsed,
-        f"registry ({len(found)} globals) and sync answered in {elapsed * 1000:.1f} ms",
-    )
+    with Probe(path) as pending:
+        found = pending.wait(timeout - (time.monotonic() - pending.started))
+    if found is not None:
+        return found
+    return ProbeResult(pending.path, Liveness.HUNG, None,
+                       f"connected, no answer to wl_display.sync within {timeout:g} s")
 
 
 def _classify_connect_error(path: Path, exc: WaylandConnectError) -> ProbeResult:

@@ -21,8 +21,8 @@ from typing import Final, TextIO
 
 from fakekube.testing import resource_claim
 from libdisplay import procfs
-from libdisplay.cdi import DRIVER
 from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
+from libdisplay.pod import DRIVER
 from simnode.cli import clients, report
 from simnode.cli.state import Layout, State, alive, load
 from simnode.cluster.api import DISPLAYS, RESOURCE_CLAIMS, Access, Api, ClusterError

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final, TextIO
 
 from libdisplay import display
-from libdisplay.cdi import DRIVER
+from libdisplay.pod import DRIVER
 from simnode.cli.state import Layout, State
 from simnode.kubelet.node_object import SIMULATED_LABEL
 from simnode.node import card

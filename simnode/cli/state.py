@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from libdisplay import fsutil
-from libdisplay.cdi import DRIVER
+from libdisplay.pod import DRIVER
 
 STATE_FILE = "state.json"
 MARKER = ".simnode"

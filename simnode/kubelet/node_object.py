@@ -20,7 +20,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Final
 
-from libdisplay.cdi import DRIVER
+from libdisplay.pod import DRIVER
 from simnode.cluster.api import NODES, RESOURCE_SLICES, Api, ClusterError, JsonObject
 
 log = logging.getLogger(__name__)

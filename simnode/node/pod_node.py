@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from fakekube.server import FakeKube
-from libdisplay.cdi import DRIVER
 from libdisplay.hardware.ddc_socket import MonitorServer
+from libdisplay.pod import DRIVER
 from libdisplay.processes import Process, unix_socket_accepts
 from simnode.cluster import control
 from simnode.cluster.embedded import Embedded, PodCluster

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from draplugin.claims import ClaimRef
 from draplugin.driver import claimstatus
 from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
-from draplugin.node.displays import ClaimRef
 from fakekube import client as fakeclient
 from fakekube import testing
 from fakekube.server import FakeKube

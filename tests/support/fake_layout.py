@@ -40,9 +40,12 @@ class FakeModule:
     outputs: dict[str, str]
     refuse: str | None = None  # an `ERR ...` line CONFIGURE answers with
     requests: list[str] = field(default_factory=list)
+    probes: bool = False  # PROBE answers (a DRM backend) rather than being unknown
 
     def answer(self, line: str) -> list[str]:
         self.requests.append(line)
+        if line == "PROBE" and self.probes:
+            return ["OK 0"]
         if line == "OUTPUTS":
             return [f"OK {len(self.outputs)}",
                     *(f"{name} {state}" for name, state in self.outputs.items())]
@@ -55,7 +58,9 @@ class FakeModule:
             if "mode" in fields:
                 w, _, hz = fields["mode"].partition("@")
                 state["mode"] = f"{w}@{round(float(hz or 60) * 1000)}"
-            state.update({k: v for k, v in fields.items() if k in ("transform", "scale")})
+            state.update({k: v for k, v in fields.items() if k in ("transform", "scale", "power")})
+            if "modeset" in fields:
+                state["power"] = "on"
             self.outputs[name] = " ".join(f"{k}={v}" for k, v in state.items())
             return [f"OK {name} {self.outputs[name]}"]
         return ["ERR bad-request request unknown"]

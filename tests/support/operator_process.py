@@ -22,9 +22,9 @@ from fakekube.client import sync_client
 from fakekube.server import FakeKube
 from fakekube.testing import resource_claim
 from libdisplay import cdi
-from libdisplay.cdi import DRIVER
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.display import API_VERSION, display_name
+from libdisplay.pod import DRIVER
 from libdisplay.processes import Process, running, unix_socket_accepts
 from libdisplay.sim.sysfs import dev_root, sysfs_root
 from simnode.kubelet.plugin import Claim
