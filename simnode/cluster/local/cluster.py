@@ -196,16 +196,13 @@ class LocalCluster:
 
 
 def clean_host() -> None:
-    """What an earlier run leaves that the next start would trip on: the kubelet's plugin
-    registrations (their sockets are gone) and its pods' volumes (tmpfs mounts among them)."""
-    registry = components.KUBELET_ROOT / "plugins_registry"
-    if registry.is_dir():
-        for sock in registry.iterdir():
-            sock.unlink(missing_ok=True)
-    pods = components.KUBELET_ROOT / "pods"
-    for mount in sorted(_mounts_under(pods), reverse=True):
+    """What an earlier run left in the kubelet's root, which a new cluster's kubelet would
+    trip on: its checkpoints of pods and claims the new API server never held, plugin
+    registrations whose sockets are gone, its pods' volumes (tmpfs mounts among them)."""
+    root = components.KUBELET_ROOT
+    for mount in sorted(_mounts_under(root), reverse=True):
         subprocess.run(["umount", "-l", mount], capture_output=True, timeout=30, check=False)
-    shutil.rmtree(pods, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _mounts_under(root: Path) -> list[str]:
