@@ -50,7 +50,7 @@ def _kubectl(sim: Sim, *args: str) -> Any:
 def test_the_node_is_the_real_kubelet_1_37_and_ready(node: Sim) -> None:
     found = _kubectl(node, "get", "node", NODE)
     assert found["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
-    assert found["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://v2.4.2"
+    assert found["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://2.4.2"
     ready = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", found["status"]["conditions"]
 
@@ -99,7 +99,10 @@ def _running(names: tuple[str, ...]) -> list[str]:
         if proc.name.isdigit():
             try:
                 comm = (proc / "comm").read_text().strip()
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
+                continue
+            if state == "Z":  # ended, its parent not yet told
                 continue
             if comm in names or comm[:15] in {n[:15] for n in names}:
                 found.append(f"{comm} ({proc.name})")

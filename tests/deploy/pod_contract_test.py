@@ -46,7 +46,7 @@ def _default(flag: str) -> object:
     ("--cdi-root", pod.CDI_DIR),
     ("--plugin-dir", pod.PLUGIN_DIR),
     ("--container-runtime-dir", pod.RUNTIME_DIR),
-    ("--weston-config", pod.CONFIG_DIR / "weston.ini"),
+    ("--config", pod.CONFIG_DIR / "weston.ini"),
 ])
 def test_the_operators_defaults_are_the_contracts(flag: str, path: Path) -> None:
     assert Path(str(_default(flag))) == path

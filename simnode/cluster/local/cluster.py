@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import time
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 # schema and compiles its OpenAPI, which takes tens of seconds there.
 START_TIMEOUT_S: Final = 180.0
 NODE_READY_TIMEOUT_S: Final = 180.0
+SHIM_EXIT_TIMEOUT_S: Final = 30.0
 BUILD: Final = Path("build-support") / "kube" / "build"
 DEFAULT_CACHE: Final = Path("/var/cache/display-operator")
 
@@ -185,14 +187,30 @@ class LocalCluster:
             log.warning("local cluster: removing the pods failed: %s", exc)
 
     def _kill_shims(self) -> None:
-        """Any runc shim of ours still running (a pod the runtime could not remove)."""
+        """Any runc shim of ours still running (a pod the runtime could not remove), killed
+        and awaited: they are not our children, so their end is read from /proc."""
         shim = os.path.realpath(self.paths.exe("containerd-shim-runc-v2"))
+        pids = []
         for pid_dir in Path("/proc").iterdir():
-            if not pid_dir.name.isdigit():
-                continue
+            if pid_dir.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.path.realpath(pid_dir / "exe") == shim:
+                        pids.append(int(pid_dir.name))
+        for pid in pids:
             with contextlib.suppress(OSError):
-                if os.path.realpath(pid_dir / "exe") == shim:
-                    os.kill(int(pid_dir.name), 9)
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + SHIM_EXIT_TIMEOUT_S
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Running, or not yet dead: a zombie has ended."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def clean_host() -> None:
