@@ -32,8 +32,10 @@ RENDERINGS: dict[str, str] = {
     "monitoring": "overlays/monitoring",
     "gl-renderer": "overlays/gl-renderer",
     "capture-amd": "overlays/capture-amd",
+    "simulated-node": "overlays/simulated-node",
 }
-OPERATOR_RENDERINGS = ("base", "release", "no-capture", "gl-renderer", "capture-amd")
+OPERATOR_RENDERINGS = ("base", "release", "no-capture", "gl-renderer", "capture-amd",
+                       "simulated-node")
 
 Doc = dict[str, Any]
 
