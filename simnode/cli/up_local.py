@@ -40,6 +40,7 @@ def run(options: Options, out: TextIO) -> None:
                 print(f"took: {what} {seconds:.1f} s", file=out)
             print(f"took: up to ready {time.monotonic() - started:.1f} s", file=out)
             print(f"bin: {node.cluster.paths.bin} (kubectl, crictl, ctr)", file=out)
+            print(f"audit log: {node.cluster.paths.audit_log}", file=out)
             print(f"kubeconfig: {node.cluster.admin_kubeconfig}", file=out)
             print(report.READY_LINE, file=out, flush=True)
             signals.interrupting = False

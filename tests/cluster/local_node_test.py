@@ -93,6 +93,47 @@ def test_the_operator_publishes_its_monitors_in_a_resourceslice(node: Sim) -> No
     assert published() == ["card0-dp-1", "card0-dp-2", "card0-hdmi-a-1"]
 
 
+def _denials(sim: Sim) -> tuple[int, list[str]]:
+    """How many requests the pod's service accounts made, and each the real authorizer
+    answered 403."""
+    log = Path(re.findall(r"^audit log: (\S+)", sim.process.log_text(), re.M)[-1])
+    found = []
+    made = 0
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        user = event["user"]["username"]
+        if not user.startswith("system:serviceaccount:display-operator:"):
+            continue
+        made += 1
+        if event.get("responseStatus", {}).get("code") == 403:
+            ref = event.get("objectRef", {})
+            found.append(f"{user} {event['verb']} {ref.get('resource')}/"
+                         f"{ref.get('subresource', '')} {ref.get('name', '')}")
+    return made, found
+
+
+def test_no_call_of_the_operator_declare_or_capture_was_denied(node: Sim) -> None:
+    # A Display's status written since the start: the operator has been through its calls.
+    node.wait(lambda: all(d.get("status", {}).get("connected") for d in
+                          _kubectl(node, "get", "displays.display.liken.sh")["items"]),
+              timeout=120, what="every Display's status written")
+    made, denied = _denials(node)
+    assert made > 0
+    assert denied == []
+
+
+def test_a_call_outside_the_operator_s_rbac_is_denied(node: Sim) -> None:
+    log = node.process.log_text()
+    kubeconfig = re.findall(r"^kubeconfig: (\S+)$", log, re.M)[-1]
+    kubectl = Path(re.findall(r"^bin: (\S+)", log, re.M)[-1]) / "kubectl"
+    done = subprocess.run(
+        [str(kubectl), f"--kubeconfig={kubeconfig}",
+         "--as=system:serviceaccount:display-operator:display-operator",
+         "get", "secrets", "-n", "kube-system"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and "Forbidden" in done.stderr, done.stderr
+
+
 def _running(names: tuple[str, ...]) -> list[str]:
     found = []
     for proc in Path("/proc").iterdir():

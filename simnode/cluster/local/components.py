@@ -59,6 +59,11 @@ class Paths:
         return self.state / "kubeconfigs" / f"{who}.kubeconfig"
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event a request (Metadata level)."""
+        return self.logs / "audit.jsonl"
+
+    @property
     def cni_conf_dir(self) -> Path:
         return self.state / "cni" / "net.d"
 
@@ -123,7 +128,18 @@ def apiserver(paths: Paths, pki: Pki) -> list[str]:
         "--enable-admission-plugins=NodeRestriction",
         "--allow-privileged=true",
         "--profiling=false",
+        # Every request's who, what and answer, so a denial anywhere can be found.
+        f"--audit-policy-file={audit_policy(paths)}",
+        f"--audit-log-path={paths.audit_log}", "--audit-log-format=json",
     ]
+
+
+def audit_policy(paths: Paths) -> Path:
+    policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+              "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}]}
+    path = paths.state / "audit-policy.yaml"
+    fsutil.atomic_write(path, json.dumps(policy) + "\n")
+    return path
 
 
 def controller_manager(paths: Paths, pki: Pki) -> list[str]:
