@@ -16,6 +16,8 @@ from simnode.cluster.local.components import K8S_VERSION
 from simnode.node.checkout import check_tools, repo_of
 from simnode.node.local_node import LocalConfig, LocalNode
 
+SUPERVISE_S = 1.0
+
 
 def run(options: Options, out: TextIO) -> None:
     check_tools()
@@ -44,7 +46,10 @@ def run(options: Options, out: TextIO) -> None:
             print(f"kubeconfig: {node.cluster.admin_kubeconfig}", file=out)
             print(report.READY_LINE, file=out, flush=True)
             signals.interrupting = False
-            signals.stop.wait()
+            while not signals.stop.wait(SUPERVISE_S):
+                if node.supervise():
+                    print("simnode: the kubelet exited; started it again", file=out,
+                          flush=True)
         except StartInterruptedError as exc:
             print(f"simnode: {exc} while starting", file=out, flush=True)
         finally:

@@ -137,13 +137,15 @@ class LikenPlugin:
             "NotifyRegistrationStatus": (self.registration.notify,
                                          wire.REGISTRATION.RegistrationStatus, None)}))
 
-    def publish(self) -> None:
-        """The slice, created or replaced (the kubelet deletes a node's slices at its start)."""
+    def publish(self, *, replace: bool = True) -> None:
+        """The slice created if missing (the kubelet deletes a node's slices when it starts),
+        else replaced unless `replace` is False."""
         wanted = slice_of(self.node)
         name = wanted["metadata"]["name"]
         if self.api.get(SLICES, name) is None:
             self.api.create(SLICES, wanted)
-        else:
+            log.info("liken stand-in: published %s", name)
+        elif replace:
             self.api.patch(SLICES, name, {"spec": wanted["spec"]})
 
     def _serve(self, path: Path, handler: Any) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from libdisplay import __version__
 from libdisplay.processes import Process
-from simnode.cluster.api import Access, Api
+from simnode.cluster.api import Access, Api, ClusterError
 from simnode.cluster.local import cluster, images
 from simnode.cluster.local.cluster import LocalCluster, LocalClusterError
 from simnode.cluster.local.components import Paths
@@ -40,6 +40,8 @@ IMAGES_BUILD: Final = Path("deploy") / "images" / "build.sh"
 NAMESPACE: Final = "display-operator"
 POD_TIMEOUT_S: Final = 300.0
 CDI_DIR: Final = Path("/var/run/cdi")
+# How often liken's stand-in checks its slice is still there (a real liken watches it).
+PUBLISH_CHECK_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class LocalNode:
         self.xvfb: Process | None = None
         self.servers: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self._next_publish_check = 0.0
 
     @property
     def host(self) -> Path:
@@ -143,6 +146,20 @@ class LocalNode:
                 and states["declare"]["terminated"].get("exitCode") == 0
                 and all("running" in states.get(c, {})
                         for c in ("weston", "operator", "capture")))
+
+    def supervise(self) -> bool:
+        """The kubelet kept running (True when it had to be started again) and liken's
+        slice kept published (the kubelet deletes a node's slices when it starts)."""
+        assert self.cluster is not None and self.liken is not None
+        restarted = self.cluster.restart_exited_kubelet()
+        now = time.monotonic()
+        if restarted or now >= self._next_publish_check:
+            self._next_publish_check = now + PUBLISH_CHECK_S
+            try:
+                self.liken.publish(replace=False)
+            except ClusterError as exc:  # the API is away: the next check tries again
+                log.warning("liken stand-in: cannot check its slice: %s", exc)
+        return restarted
 
     def stop(self) -> None:
         if self.liken is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,40 @@ def test_the_operator_publishes_its_monitors_in_a_resourceslice(node: Sim) -> No
     node.wait(lambda: len(published()) == 3, timeout=120,
               what="the display.liken.sh slice with three monitors")
     assert published() == ["card0-dp-1", "card0-dp-2", "card0-hdmi-a-1"]
+
+
+def _slices(sim: Sim) -> dict[str, tuple[str, int]]:
+    """driver -> (uid, device count) of this node's slices."""
+    return {s["spec"]["driver"]: (s["metadata"]["uid"], len(s["spec"].get("devices", [])))
+            for s in _kubectl(sim, "get", "resourceslices")["items"]
+            if s["spec"].get("nodeName") == NODE}
+
+
+def _pid_of(comm: str) -> int:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "comm").read_text().strip() == comm:
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no {comm} running")
+
+
+def test_after_a_kubelet_restart_the_operator_publishes_its_slice_again(node: Sim) -> None:
+    node.wait(lambda: _slices(node).get("display.liken.sh", ("", 0))[1] == 3, timeout=120,
+              what="the operator's slice")
+    before = _slices(node)["display.liken.sh"][0]
+    os.kill(_pid_of("kubelet"), signal.SIGKILL)
+    node.wait(lambda: "the kubelet exited; started it again" in node.process.log_text(),
+              timeout=60, what="up starting the kubelet again")
+    # The kubelet deletes the node's slices when it starts; the operator, registered again,
+    # publishes a new one (another uid) with every monitor.
+    node.wait(lambda: _slices(node).get("display.liken.sh", (before, 0))[0] != before
+              and _slices(node)["display.liken.sh"][1] == 3, timeout=180,
+              what="the operator's slice published again")
+    # And liken's stand-in, which checks its own every few seconds.
+    node.wait(lambda: "liken.sh" in _slices(node), timeout=60, what="liken's slice again")
 
 
 def _denials(sim: Sim) -> tuple[int, list[str]]:

@@ -82,6 +82,7 @@ class LocalCluster:
         self.node = node
         self.pki: pki.Pki | None = None
         self._processes: list[Process] = []
+        self._commands: dict[str, tuple[list[str], Callable[[], bool]]] = {}
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -139,10 +140,25 @@ class LocalCluster:
         process = start(argv, log_path=self.paths.logs / f"{name}.log",
                         env={**os.environ, "PATH": f"{self.paths.bin}:{os.environ['PATH']}"})
         self._processes.append(process)
+        self._commands[name] = (argv, ready)
         try:
             process.wait_until(ready, timeout=START_TIMEOUT_S, what=f"{name} healthy")
         except ProcessError as exc:
             raise LocalClusterError(f"{name} did not become healthy: {exc}") from exc
+
+    def restart_exited_kubelet(self) -> bool:
+        """The kubelet started again if it has exited, as a node's service manager does
+        (Restart=always); True when it was."""
+        kubelet = self.process("kubelet")
+        if not kubelet.exited():
+            return False
+        log.warning("local cluster: the kubelet exited (%s): starting it again",
+                    kubelet.returncode)
+        kubelet.stop()  # reaped
+        self._processes.remove(kubelet)
+        argv, ready = self._commands["kubelet"]
+        self._run("kubelet", argv, ready)
+        return True
 
     def kubectl(self, *args: str, input: str | None = None,
                 timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
