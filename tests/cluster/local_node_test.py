@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.simnode_up import Sim, running
+from tests.support.simnode_up import REPO, Sim, running
 
 pytestmark = pytest.mark.skipif(os.environ.get("DISPLAY_OPERATOR_CLUSTER") != "1",
                                 reason="the real-cluster tier: DISPLAY_OPERATOR_CLUSTER=1")
@@ -37,15 +37,20 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
         yield sim
 
 
-def _kubectl(sim: Sim, *args: str) -> Any:
+def _kubectl_text(sim: Sim, *args: str, input: str | None = None) -> str:
+    """The built kubectl, through the kubeconfig `up` printed; its stdout."""
     log = sim.process.log_text()
     kubeconfig = re.findall(r"^kubeconfig: (\S+)$", log, re.M)[-1]
     bin_dir = Path(re.findall(r"^bin: (\S+)", log, re.M)[-1])
-    done = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args,
-                           "-o", "json"], capture_output=True, text=True, timeout=60,
+    done = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                          input=input, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return done.stdout
+
+
+def _kubectl(sim: Sim, *args: str) -> Any:
+    return json.loads(_kubectl_text(sim, *args, "-o", "json"))
 
 
 def test_the_node_is_the_real_kubelet_1_37_and_ready(node: Sim) -> None:
@@ -126,6 +131,60 @@ def test_after_a_kubelet_restart_the_operator_publishes_its_slice_again(node: Si
               what="the operator's slice published again")
     # And liken's stand-in, which checks its own every few seconds.
     node.wait(lambda: "liken.sh" in _slices(node), timeout=60, what="liken's slice again")
+
+
+def _crictl(sim: Sim, *args: str) -> Any:
+    crictl = Path(re.findall(r"^bin: (\S+)", sim.process.log_text(), re.M)[-1]) / "crictl"
+    done = subprocess.run([str(crictl), "--runtime-endpoint",
+                           "unix:///run/containerd/containerd.sock", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _apply_hello_screen(sim: Sim) -> None:
+    """The README's smallest consumer as shipped, but for the pull policy (no registry)."""
+    manifest = (REPO / "deploy" / "examples" / "hello-screen.yaml").read_text()
+    image = "      image: ghcr.io/liken-sh/display-weston:latest\n"
+    assert image in manifest
+    manifest = manifest.replace(image, image + "      imagePullPolicy: Never\n")
+    _kubectl_text(sim, "apply", "-f", "-", input=manifest)
+
+
+def test_a_consumer_gets_its_monitor_through_the_real_kubelet_and_cdi(node: Sim) -> None:
+    _apply_hello_screen(node)
+
+    def running() -> bool:
+        pod = _kubectl(node, "get", "pod", "hello-screen")
+        return any("running" in s["state"] for s in pod["status"].get("containerStatuses", []))
+
+    node.wait(running, timeout=180, what="hello-screen Running")
+    claim = _kubectl(node, "get", "resourceclaims")["items"][0]
+    uid = claim["metadata"]["uid"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == "display.liken.sh"
+    # What the operator wrote to the claim (resourceclaims/driver, judged by the real
+    # authorizer) and what containerd applied from its CDI spec.
+    [device] = claim["status"]["devices"]
+    assert device["device"] == result["device"]
+    assert device["data"]["kind"] == "AppliedOutput"
+    assert [c["status"] for c in device["conditions"] if c["type"] == "Ready"] == ["True"]
+    container = _crictl(node, "ps", "--name", "hello", "-q").split()[0]
+    spec = json.loads(_crictl(node, "inspect", container))["info"]["runtimeSpec"]
+    env = dict(e.split("=", 1) for e in spec["process"]["env"])
+    claim_dir = f"/var/run/display.liken.sh/claims/{uid}"
+    assert env["WAYLAND_DISPLAY"] == f"{claim_dir}/wayland-0"
+    assert env["DISPLAY_OUTPUT"] == device["data"]["output"]
+    assert claim_dir in {m["destination"] for m in spec["mounts"]}
+    assert Path(claim_dir).is_dir()
+
+    # Deleting the pod: the claim goes with it, and the kubelet's unprepare call makes the
+    # operator remove the claim's socket directory.
+    _kubectl_text(node, "delete", "pod", "hello-screen", "--wait=false")
+    node.wait(lambda: not Path(claim_dir).exists(), timeout=180,
+              what="the claim unprepared by the kubelet")
+    node.wait(lambda: _kubectl(node, "get", "resourceclaims")["items"] == [], timeout=120,
+              what="the consumer's claim deleted")
 
 
 def _denials(sim: Sim) -> tuple[int, list[str]]:
