@@ -89,7 +89,7 @@ class Signals:
 
 
 @contextlib.contextmanager
-def _signals() -> Iterator[Signals]:
+def handled_signals() -> Iterator[Signals]:
     signals = Signals()
     previous = {
         sig: signal.signal(sig, signals.handle) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -184,7 +184,7 @@ def run(options: Options, out: TextIO) -> None:
     previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())
     watch = (prometheus.Settings(repo=repo, state=layout.root, node_name=options.node_name)
              if options.prometheus else None)
-    with _signals() as signals, prometheus.serving(watch, out):
+    with handled_signals() as signals, prometheus.serving(watch, out):
         try:
             node.start()
             link_layout(layout, node)

@@ -11,7 +11,7 @@ from typing import TextIO
 from libdisplay import fsutil
 from simnode.cli import report
 from simnode.cli.state import check_free
-from simnode.cli.up import Options, StartInterruptedError, _signals
+from simnode.cli.up import Options, StartInterruptedError, handled_signals
 from simnode.cluster.local.components import K8S_VERSION
 from simnode.node.checkout import check_tools, repo_of
 from simnode.node.local_node import LocalConfig, LocalNode
@@ -28,7 +28,7 @@ def run(options: Options, out: TextIO) -> None:
     node = LocalNode(LocalConfig(state=layout.root, repo=repo_of(options.dist),
                                  node_name=options.node_name, monitors=options.monitors))
     started = time.monotonic()
-    with _signals() as signals:
+    with handled_signals() as signals:
         try:
             node.start()
             assert node.cluster is not None

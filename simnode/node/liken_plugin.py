@@ -95,12 +95,13 @@ class _Dra:
         return answer
 
 
-def _handler(service: str, methods: dict[str, tuple[Any, Any, Any]]) -> Any:
+def _handler(service: str, methods: dict[str, tuple[Any, Any]]) -> Any:
+    """Unary methods of `service`, each `name -> (function, request message class)`."""
     return grpc.method_handlers_generic_handler(service, {
         name: grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=req.FromString,
+            fn, request_deserializer=request.FromString,
             response_serializer=lambda m: m.SerializeToString())
-        for name, (fn, req, _resp) in methods.items()})
+        for name, (fn, request) in methods.items()})
 
 
 class LikenPlugin:
@@ -127,15 +128,14 @@ class LikenPlugin:
         self.publish()
         dra = _Dra(self.api)
         self._serve(self.endpoint, _handler(wire.DRA_V1_SERVICE, {
-            "NodePrepareResources": (dra.prepare, wire.DRA_V1.NodePrepareResourcesRequest,
-                                     None),
+            "NodePrepareResources": (dra.prepare, wire.DRA_V1.NodePrepareResourcesRequest),
             "NodeUnprepareResources": (dra.unprepare,
-                                       wire.DRA_V1.NodeUnprepareResourcesRequest, None)}))
+                                       wire.DRA_V1.NodeUnprepareResourcesRequest)}))
         # Registration last: the kubelet dials the endpoint as soon as it sees this socket.
         self._serve(self.registration_socket, _handler(wire.REGISTRATION_SERVICE, {
-            "GetInfo": (self.registration.get_info, wire.REGISTRATION.InfoRequest, None),
+            "GetInfo": (self.registration.get_info, wire.REGISTRATION.InfoRequest),
             "NotifyRegistrationStatus": (self.registration.notify,
-                                         wire.REGISTRATION.RegistrationStatus, None)}))
+                                         wire.REGISTRATION.RegistrationStatus)}))
 
     def publish(self, *, replace: bool = True) -> None:
         """The slice created if missing (the kubelet deletes a node's slices when it starts),

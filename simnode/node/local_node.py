@@ -36,7 +36,6 @@ from simnode.node.xvfb import start_xvfb
 log = logging.getLogger(__name__)
 
 OVERLAY: Final = Path("deploy") / "overlays" / "simulated-node"
-IMAGES_BUILD: Final = Path("deploy") / "images" / "build.sh"
 NAMESPACE: Final = "display-operator"
 POD_TIMEOUT_S: Final = 300.0
 CDI_DIR: Final = Path("/var/run/cdi")
@@ -97,15 +96,10 @@ class LocalNode:
         self._timed("base applied, operator Running", self._deploy)
 
     def _load_images(self, paths: Paths) -> None:
-        tag = __version__
-        refs = {images.ensure_pause(self.config.repo): images.ensure_pause(self.config.repo)}
-        for name in self._pod_images():
-            built = f"{name.rsplit(':', 1)[0]}:{tag}"
-            if subprocess.run(["podman", "image", "exists", built],
-                              env=images.podman_env(self.config.repo), check=False).returncode != 0:
-                raise LocalClusterError(
-                    f"{built} is not built: run {self.config.repo / IMAGES_BUILD} first")
-            refs[name] = built
+        pause = images.ensure_pause(self.config.repo)
+        refs = {pause: pause}
+        for name in self._pod_images():  # as build.sh tags them: the binaries' version
+            refs[name] = f"{name.rsplit(':', 1)[0]}:{__version__}"
         images.load(paths, self.config.repo, refs)
 
     def _pod_images(self) -> list[str]:

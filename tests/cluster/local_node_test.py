@@ -37,14 +37,22 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
         yield sim
 
 
-def _kubectl_text(sim: Sim, *args: str, input: str | None = None) -> str:
-    """The built kubectl, through the kubeconfig `up` printed; its stdout."""
-    log = sim.process.log_text()
-    kubeconfig = re.findall(r"^kubeconfig: (\S+)$", log, re.M)[-1]
-    bin_dir = Path(re.findall(r"^bin: (\S+)", log, re.M)[-1])
-    done = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+def _printed(sim: Sim, key: str) -> Path:
+    """The path `up` printed on its `key:` line."""
+    return Path(re.findall(rf"^{key}: (\S+)", sim.process.log_text(), re.M)[-1])
+
+
+def _kubectl_run(sim: Sim, *args: str,
+                 input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The built kubectl, through the kubeconfig `up` printed."""
+    return subprocess.run([str(_printed(sim, "bin") / "kubectl"),
+                           f"--kubeconfig={_printed(sim, 'kubeconfig')}", *args],
                           input=input, capture_output=True, text=True, timeout=60,
                           check=False)
+
+
+def _kubectl_text(sim: Sim, *args: str, input: str | None = None) -> str:
+    done = _kubectl_run(sim, *args, input=input)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -134,7 +142,7 @@ def test_after_a_kubelet_restart_the_operator_publishes_its_slice_again(node: Si
 
 
 def _crictl(sim: Sim, *args: str) -> Any:
-    crictl = Path(re.findall(r"^bin: (\S+)", sim.process.log_text(), re.M)[-1]) / "crictl"
+    crictl = _printed(sim, "bin") / "crictl"
     done = subprocess.run([str(crictl), "--runtime-endpoint",
                            "unix:///run/containerd/containerd.sock", *args], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -190,7 +198,7 @@ def test_a_consumer_gets_its_monitor_through_the_real_kubelet_and_cdi(node: Sim)
 def _denials(sim: Sim) -> tuple[int, list[str]]:
     """How many requests the pod's service accounts made, and each the real authorizer
     answered 403."""
-    log = Path(re.findall(r"^audit log: (\S+)", sim.process.log_text(), re.M)[-1])
+    log = _printed(sim, "audit log")
     found = []
     made = 0
     for line in log.read_text().splitlines():
@@ -217,14 +225,8 @@ def test_no_call_of_the_operator_declare_or_capture_was_denied(node: Sim) -> Non
 
 
 def test_a_call_outside_the_operator_s_rbac_is_denied(node: Sim) -> None:
-    log = node.process.log_text()
-    kubeconfig = re.findall(r"^kubeconfig: (\S+)$", log, re.M)[-1]
-    kubectl = Path(re.findall(r"^bin: (\S+)", log, re.M)[-1]) / "kubectl"
-    done = subprocess.run(
-        [str(kubectl), f"--kubeconfig={kubeconfig}",
-         "--as=system:serviceaccount:display-operator:display-operator",
-         "get", "secrets", "-n", "kube-system"],
-        capture_output=True, text=True, timeout=60, check=False)
+    done = _kubectl_run(node, "--as=system:serviceaccount:display-operator:display-operator",
+                        "get", "secrets", "-n", "kube-system")
     assert done.returncode != 0 and "Forbidden" in done.stderr, done.stderr
 
 

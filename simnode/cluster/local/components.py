@@ -68,10 +68,6 @@ class Paths:
         return self.state / "cni" / "net.d"
 
     @property
-    def cni_bin_dir(self) -> Path:
-        return self.bin
-
-    @property
     def containerd_root(self) -> Path:
         return self.cache / "containerd"
 
@@ -195,7 +191,7 @@ state = "/run/containerd"
   SystemdCgroup = false
 
 [{cri}.cni]
-  bin_dirs = ["{paths.cni_bin_dir}"]
+  bin_dirs = ["{paths.bin}"]
   conf_dir = "{paths.cni_conf_dir}"
 
 [plugins.'io.containerd.cri.v1.images']

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -28,6 +27,7 @@ PAUSE_SOURCE: Final = Path("k8s.io") / f"kubernetes@{components.K8S_VERSION}" / 
     "pause" / "linux" / "pause.c"
 GO_MODULES: Final = Path("/var/cache/display-operator/go/mod")
 PODMAN_CONF: Final = Path("deploy") / "images" / "podman"
+IMAGES_BUILD: Final = Path("deploy") / "images" / "build.sh"
 
 
 def podman_env(repo: Path) -> dict[str, str]:
@@ -69,8 +69,12 @@ def ensure_pause(repo: Path) -> str:
 def _podman_ids(repo: Path, refs: Iterable[str]) -> dict[str, str]:
     out = {}
     for ref in refs:
-        out[ref] = _run(["podman", "image", "inspect", "--format", "{{.Id}}", ref],
-                        env=podman_env(repo)).strip()
+        try:
+            out[ref] = _run(["podman", "image", "inspect", "--format", "{{.Id}}", ref],
+                            env=podman_env(repo)).strip()
+        except LocalClusterError as exc:
+            raise LocalClusterError(f"{ref} is not built: run {repo / IMAGES_BUILD} first"
+                                    ) from exc
     return out
 
 
@@ -108,7 +112,3 @@ def load(paths: Paths, repo: Path, refs: Mapping[str, str]) -> list[str]:
               "linux/amd64", archive])
     log.info("local cluster: imported %s", ", ".join(stale))
     return stale
-
-
-def have_podman() -> bool:
-    return shutil.which("podman") is not None
