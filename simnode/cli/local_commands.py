@@ -146,7 +146,7 @@ def _claim_object(name: str, monitor: card.Monitor, parameters: Mapping[str, obj
             "spec": {"devices": devices}}
 
 
-def _weston_image(cluster: Api) -> str:
+def weston_image(cluster: Api) -> str:
     """The weston image of the node's DaemonSet: one the node already holds."""
     ds = cluster.get(DAEMONSETS, DAEMONSET, namespace=OPERATOR_NAMESPACE)
     if ds is None:
@@ -190,7 +190,7 @@ def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out:
     monitor = card.find(card.monitors(state.monitors), device)
     name = f"sim-{monitor.device}-{uuid.uuid4().hex[:6]}"
     cluster = api(state)
-    image = _weston_image(cluster)
+    image = weston_image(cluster)
     created = cluster.create(RESOURCE_CLAIMS, _claim_object(name, monitor, parameters),
                              namespace=NAMESPACE)
     uid = str(created["metadata"]["uid"])
@@ -264,7 +264,7 @@ def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -
     with_name = output
     if not output.upper().startswith("X"):
         with_name = card.find(card.monitors(state.monitors), output).output
-    socket = _short_path(layout, weston_config_dir(operator_pod(api(state)))) / "capture.sock"
+    socket = short_path(layout, weston_config_dir(operator_pod(api(state)))) / "capture.sock"
     done = subprocess.run([str(pex(dist, "capture")), "shoot", f"--socket={socket}", with_name,
                            str(path)], env=child_env(), capture_output=True, text=True,
                           timeout=60, check=False)
@@ -274,7 +274,7 @@ def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -
     print(f"wrote {path} ({with_name})", file=out, flush=True)
 
 
-def _short_path(layout: Layout, directory: Path) -> Path:
+def short_path(layout: Layout, directory: Path) -> Path:
     """`directory` through a link in the state dir: a socket under the kubelet's pod dirs is
     past AF_UNIX's 108 bytes."""
     link = layout.root / "pod"
