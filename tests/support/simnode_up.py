@@ -31,11 +31,11 @@ class Sim:
     env: dict[str, str]
     command: tuple[str, ...]
 
-    def run(self, *args: str) -> str:
+    def run(self, *args: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
         """Run a subcommand against this node; its stdout, or a failure with its stderr."""
         done = subprocess.run(
             [*self.command, *args, f"--state-dir={self.layout.root}"], env=self.env,
-            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
+            capture_output=True, text=True, timeout=timeout, check=False,
         )
         assert done.returncode == 0, f"simnode {' '.join(args)}: {done.stderr}"
         return done.stdout
