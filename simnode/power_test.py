@@ -40,7 +40,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 
 def _display(sim: Sim, device: str) -> dict[str, Any]:
     state = sim.state()
-    api = Api(Access(server=state["api_url"]))
+    kubeconfig = state.get("kubeconfig")
+    api = Api(Access.from_kubeconfig(Path(kubeconfig), context=state.get("context"))
+              if kubeconfig else Access(server=state["api_url"]))
     name = f"{state['node_name']}.{device}"
     (found,) = (o for o in api.objects(display.API_VERSION, display.KIND)
                 if o["metadata"]["name"] == name)
