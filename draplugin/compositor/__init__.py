@@ -354,6 +354,23 @@ class Compositor:
                        power_failed=outcome.power_failed,
                        power_unsupported=outcome.power_unsupported)
 
+    def apply_power(self, wanted: Sequence[Wanted], *, why: str) -> Outcome:
+        """Only the wanted outputs' power, nothing else (a weston that started again runs
+        weston.ini's modes and lit every output); nothing when no compositor answers."""
+        with self._changing:
+            if self.pid() is None and not self.answers():
+                return Outcome()
+            try:
+                states = {s.name: s for s in self.outputs()}
+            except LayoutError as err:
+                log.info("no output's power applied (%s): %s", why, err)
+                return Outcome()
+            changed: list[str] = []
+            power = self._apply_power(wanted, states, why=why, changed=changed)
+            return Outcome(states=states, changed=tuple(changed),
+                           power_failed=power.power_failed,
+                           power_unsupported=power.power_unsupported)
+
     def _apply_power(self, wanted: Sequence[Wanted], states: dict[str, OutputState], *,
                      why: str, skip: Iterable[str] = (), changed: list[str]) -> Outcome:
         """Power each wanted output off or on where it is not so yet, one CONFIGURE of its

@@ -314,13 +314,29 @@ def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Co
                                config_changed=changed or marker.exists(),
                                restart_reason=restart_reason)
     _remove(marker)
-    hook = power_hook or outputpower.NoPower()
+    return Applied(derivation=derivation, outcome=outcome, written=changed,
+                   power=_power_steps(derivation, outcome, power_hook))
+
+
+def apply_power(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Compositor,
+                *, why: str, power_hook: outputpower.PowerHook | None = None) -> Applied:
+    """The outputs' power alone, KMS then DDC/CI, as `apply` ends (after the compositor
+    started again: it runs weston.ini, which carries no power, and lit every output)."""
+    derivation = derive(settings, kube, claimed_outputs(checkpoint))
+    outcome = compositor.apply_power(derivation.wanted(), why=why)
+    return Applied(derivation=derivation, outcome=outcome,
+                   power=_power_steps(derivation, outcome, power_hook))
+
+
+def _power_steps(derivation: Derivation, outcome: Outcome,
+                 hook: outputpower.PowerHook | None) -> dict[str, outputpower.PowerApplied]:
+    """Each managed output's DDC/CI step after the compositor's KMS one (`outcome`)."""
     powered = {device: outputpower.apply(device, derivation.choices[device].output.name, state,
-                                         outcome, hook)
+                                         outcome, hook or outputpower.NoPower())
                for device, state in derivation.power.items()}
     for device, done in powered.items():
         log.info("%s: %s", device, done.describe())
-    return Applied(derivation=derivation, outcome=outcome, written=changed, power=powered)
+    return powered
 
 
 def _remove(path: Path) -> None:

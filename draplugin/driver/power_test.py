@@ -185,3 +185,17 @@ def test_describe_names_each_step() -> None:
     done = PowerApplied("Off", "unsupported", "applied", "no DPMS", "VCP 0xD6 reads 0x04")
     assert done.describe() == "power Off through DDC/CI (KMS unsupported: no DPMS)"
     assert done.complete
+
+
+def test_after_a_compositor_restart_only_the_power_is_applied_again(
+        node: tuple[Settings, FakeModule]) -> None:
+    """A weston that started again runs weston.ini (modes) and lit every output: the power
+    alone is applied, a mode that differs is left to weston.ini (no CONFIGURE of it, so no
+    restart where the backend cannot switch modes)."""
+    s, module = node
+    module.outputs["HDMI-A-1"] = state_line(mode="1024x768@60000")
+    hook = Hook()
+    applied = modes.apply_power(s, Displays({"power": "Off"}), EMPTY, s.compositor(), why="t",
+                                power_hook=hook)
+    assert module.requests == ["OUTPUTS", "CONFIGURE HDMI-A-1 power=off"]
+    assert hook.asked == [(HDMI, "Off")] and applied.power[HDMI].complete

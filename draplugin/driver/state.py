@@ -452,6 +452,27 @@ class Driver:
             changed = outcome.changed or outcome.restarted or outcome.failed
             return "changed" if changed else "unchanged"
 
+    def follow_power(self) -> Followed:
+        """Apply the Displays' power again, nothing else (a compositor that came back lit
+        every output); never raises: the next derivation tries again."""
+        with self._lock:
+            try:
+                applied = modes.apply_power(
+                    self._settings, self._kube, self._load(), self.compositor,
+                    why="the compositor answers again", power_hook=self._ddc)
+            except _FAILURES as err:
+                log.error("cannot apply the outputs' power yet: %s", err)
+                return "failed"
+            except Exception:  # a listener's thread: logged, never lost
+                log.exception("applying the outputs' power failed")
+                return "failed"
+            if self._on_applied is not None and applied.power:
+                try:
+                    self._on_applied(applied, self._load())
+                except Exception:
+                    log.exception("could not report what the compositor applied")
+            return "changed" if applied.outcome.changed else "unchanged"
+
     # --- unprepare -------------------------------------------------------------------------
 
     def _unprepare(self, uid: str) -> None:

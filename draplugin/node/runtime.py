@@ -386,9 +386,6 @@ class NodeRuntime:
             # also probed the card as its new master, which refreshes a stale sysfs.
             self._later(self.refresh())
             self._later(self.rescan())
-            # weston.ini carries modes, not power: a new weston lit every output, so the
-            # Displays' power (draplugin.driver.power) is derived and applied again.
-            self._connectors_due.set()
 
 
 
