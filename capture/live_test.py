@@ -17,9 +17,7 @@ import itertools
 import os
 import re
 import shutil
-import struct
 import time
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,61 +290,8 @@ async def wait_for_frames(page: Tab, count: int) -> list[dict[str, Any]]:
 # ---------- the screenshot ----------
 
 
-def png_rgb_pixels(data: bytes) -> bytes:
-    """The RGB bytes, row after row, of an 8-bit RGB or RGBA non-interlaced PNG."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, header = 8, bytearray(), b""
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        if kind == b"IHDR":
-            header = data[pos + 8 : pos + 8 + length]
-        elif kind == b"IDAT":
-            idat += data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-    width, height, depth, colour_type, _comp, _filter, interlace = struct.unpack(">IIBBBBB", header)
-    assert depth == 8 and colour_type in (2, 6) and interlace == 0, header
-    bpp = 3 if colour_type == 2 else 4
-    raw = zlib.decompress(idat)
-    stride = width * bpp
-    rows, prev = [], bytes(stride)
-    for row in range(height):
-        start = row * (stride + 1)
-        prev = _unfilter(raw[start], raw[start + 1 : start + 1 + stride], prev, bpp)
-        rows.append(prev)
-    pixels = b"".join(rows)
-    if bpp == 3:
-        return pixels
-    rgb = bytearray(width * height * 3)
-    for channel in range(3):
-        rgb[channel::3] = pixels[channel::4]
-    return bytes(rgb)
-
-
-def _unfilter(kind: int, line: bytes, prev: bytes, bpp: int) -> bytes:
-    # None and Up are the filters Chromium's fast PNG encoding uses: they get no per-byte loop.
-    if kind == 0:
-        return line
-    if kind == 2:
-        return bytes((a + b) & 0xFF for a, b in zip(line, prev, strict=True))
-    out = bytearray(line)
-    for i in range(len(out)):
-        left = out[i - bpp] if i >= bpp else 0
-        up = prev[i]
-        up_left = prev[i - bpp] if i >= bpp else 0
-        if kind == 1:
-            predicted = left
-        elif kind == 3:
-            predicted = (left + up) // 2
-        else:
-            p = left + up - up_left
-            pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
-            predicted = left if pa <= pb and pa <= pc else up if pb <= pc else up_left
-        out[i] = (out[i] + predicted) & 0xFF
-    return bytes(out)
-
-
 def colour_counts(png: bytes) -> collections.Counter[Colour]:
-    rgb = png_rgb_pixels(png)
+    rgb = testing.png_rgb_pixels(png)
     return collections.Counter(zip(rgb[0::3], rgb[1::3], rgb[2::3], strict=True))
 
 

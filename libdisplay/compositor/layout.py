@@ -533,7 +533,8 @@ class _Channel:
             except TimeoutError as exc:
                 raise LayoutTimeoutError(f"connect to {path} took over {timeout:g} s") from exc
             except OSError as exc:
-                raise LayoutConnectError(path, exc.errno or errno.EIO) from exc
+                # Python refuses a path over AF_UNIX's 108 bytes itself, with no errno.
+                raise LayoutConnectError(path, exc.errno or errno.ENAMETOOLONG) from exc
             line = self.read_line(self.deadline())
             if line != greeting:
                 raise LayoutProtocolError(f"{path}: expected greeting {greeting!r}, got {line!r}")

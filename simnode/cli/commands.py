@@ -81,7 +81,7 @@ def status(layout: Layout, out: TextIO) -> None:
         ("displays", _read(lambda: report.display_lines(objects, node))),
         ("claims", _read(lambda: report.claim_lines(objects, node)) + _client_lines(layout)),
         ("compositor", _compositor_lines(layout)),
-        ("metrics", _metric_lines(state.metrics_url)),
+        ("metrics", metric_lines(state.metrics_url)),
         ("where everything lives", report.paths_lines(layout, state)),
     ])
 
@@ -126,7 +126,7 @@ def _compositor_lines(layout: Layout) -> list[str]:
                     f" scale {o.scale} at {o.position}" for o in outputs]
 
 
-def _metric_lines(url: str) -> list[str]:
+def metric_lines(url: str) -> list[str]:
     try:
         with urllib.request.urlopen(url, timeout=10.0) as response:
             text = response.read().decode()

@@ -7,14 +7,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from libdisplay import __version__
-from simnode.cli import commands
+from simnode.cli import commands, local_commands
 from simnode.cli.clients import ClientError
-from simnode.cli.state import NODE_NAME, Layout, StateError
+from simnode.cli.state import NODE_NAME, Layout, StateError, load
 from simnode.cluster.api import ClusterError
 from simnode.cluster.prometheus import PrometheusError
 from simnode.kubelet import node_object
@@ -23,7 +23,7 @@ from simnode.node.card import CardError
 
 F = TypeVar("F", bound=Callable[..., object])
 USER_ERRORS = (checkout.UpError, StateError, CardError, ClientError, ClusterError,
-               commands.CommandError, PrometheusError)
+               commands.CommandError, local_commands.LocalCommandError, PrometheusError)
 
 
 def _default_state_dir() -> Path:
@@ -44,6 +44,13 @@ PROG = "simnode"
 
 def _layout(state_dir: Path) -> Layout:
     return Layout(state_dir.absolute())
+
+
+def _commands(state_dir: Path) -> Any:
+    """The subcommands for the node there: the real cluster's (`up --cluster local`) or the
+    embedded and pod-runner nodes'. `load` says what is wrong when no node runs there."""
+    state = load(_layout(state_dir))
+    return local_commands if state.cluster == "local" else commands
 
 
 @click.group(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,7 +170,7 @@ def prerequisites_command(dist: Path | None) -> None:
 @state_dir_option
 def status_command(state_dir: Path) -> None:
     """Devices, Displays, claims, compositor state and a few metrics."""
-    commands.status(_layout(state_dir), sys.stdout)
+    _commands(state_dir).status(_layout(state_dir), sys.stdout)
 
 
 @cli.command("claim")
@@ -183,7 +190,7 @@ def claim_command(state_dir: Path, device: str, mode: str | None, brightness: in
     """
     given = {"mode": mode, "brightness": brightness, "transform": transform, "scale": scale}
     parameters = {k: v for k, v in given.items() if v is not None}
-    commands.claim(_layout(state_dir), device, parameters=parameters, out=sys.stdout)
+    _commands(state_dir).claim(_layout(state_dir), device, parameters=parameters, out=sys.stdout)
 
 
 @cli.command("release")
@@ -191,7 +198,7 @@ def claim_command(state_dir: Path, device: str, mode: str | None, brightness: in
 @click.argument("claim")
 def release_command(state_dir: Path, claim: str) -> None:
     """Stop CLAIM's demo client, unprepare it and delete it (by name or uid)."""
-    commands.release(_layout(state_dir), claim, out=sys.stdout)
+    _commands(state_dir).release(_layout(state_dir), claim, out=sys.stdout)
 
 
 @cli.command("hotplug")
@@ -200,14 +207,14 @@ def release_command(state_dir: Path, claim: str) -> None:
 @click.option("--on/--off", "connected", required=True, help="Plug the monitor in or pull it.")
 def hotplug_command(state_dir: Path, device: str, connected: bool) -> None:
     """Plug DEVICE's monitor in or pull it out of the simulated card."""
-    commands.hotplug(_layout(state_dir), device, connected=connected, out=sys.stdout)
+    _commands(state_dir).hotplug(_layout(state_dir), device, connected=connected, out=sys.stdout)
 
 
 @cli.command("hang")
 @state_dir_option
 def hang_command(state_dir: Path) -> None:
     """SIGSTOP the compositor, to watch the watchdog kill it and the taint come and go."""
-    commands.hang(_layout(state_dir), out=sys.stdout)
+    _commands(state_dir).hang(_layout(state_dir), out=sys.stdout)
 
 
 @cli.command("shoot")
@@ -218,8 +225,8 @@ def hang_command(state_dir: Path) -> None:
               help="Where the built PEXes are; default as for `up`.")
 def shoot_command(state_dir: Path, output: str, file: Path, dist: Path | None) -> None:
     """Write a PNG of OUTPUT (X1, or a device) to FILE from the layout module's capture."""
-    commands.shoot(_layout(state_dir), output, file, dist=dist or checkout.default_dist(),
-                   out=sys.stdout)
+    _commands(state_dir).shoot(_layout(state_dir), output, file,
+                               dist=dist or checkout.default_dist(), out=sys.stdout)
 
 
 @cli.command("display")
@@ -232,14 +239,15 @@ def display_command(state_dir: Path, device: str, mode: str | None, power: str |
     """Set DEVICE's Display spec.mode and/or spec.power, as a person does."""
     if mode is None and power is None:
         raise click.UsageError("give --mode, --power or both")
-    commands.display(_layout(state_dir), device, mode=mode, power=power, out=sys.stdout)
+    _commands(state_dir).display(_layout(state_dir), device, mode=mode, power=power,
+                                 out=sys.stdout)
 
 
 @cli.command("roll")
 @state_dir_option
 def roll_command(state_dir: Path) -> None:
     """Replace the pod as the DaemonSet's roll does: the old one stops before the new starts."""
-    commands.roll(_layout(state_dir), out=sys.stdout)
+    _commands(state_dir).roll(_layout(state_dir), out=sys.stdout)
 
 
 def main() -> None:

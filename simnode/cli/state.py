@@ -127,7 +127,13 @@ class State:
     context: str | None = None
     host_root: str | None = None
     """With the pod runner: the simulated host's root, under which the pod's hostPaths are
-    (the plugin's endpoint and the CDI specs name paths on the host)."""
+    (the plugin's endpoint and the CDI specs name paths on the host). With the local cluster:
+    the simulated card's root (its sysfs tree and DDC/CI sockets)."""
+    cluster: str = "embedded"
+    """`local` for `up --cluster local`'s real cluster, whose subcommands act through the
+    real API, kubelet and runtime (`local_commands`)."""
+    bin_dir: str | None = None
+    """With the local cluster: its built kubectl, crictl and ctr."""
 
 
 def save(layout: Layout, state: State) -> None:

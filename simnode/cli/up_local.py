@@ -5,14 +5,15 @@ everything stopped and reaped."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TextIO
 
 from libdisplay import fsutil
 from simnode.cli import report
-from simnode.cli.state import check_free
+from simnode.cli.state import State, check_free, save
 from simnode.cli.up import Options, StartInterruptedError, handled_signals
-from simnode.cluster.local.components import K8S_VERSION
+from simnode.cluster.local.components import K8S_VERSION, api_url
 from simnode.node.checkout import check_tools, repo_of
 from simnode.node.local_node import LocalConfig, LocalNode
 
@@ -44,6 +45,7 @@ def run(options: Options, out: TextIO) -> None:
             print(f"bin: {node.cluster.paths.bin} (kubectl, crictl, ctr)", file=out)
             print(f"audit log: {node.cluster.paths.audit_log}", file=out)
             print(f"kubeconfig: {node.cluster.admin_kubeconfig}", file=out)
+            save(layout, _state(options.node_name, options.monitors, node))
             print(report.READY_LINE, file=out, flush=True)
             signals.interrupting = False
             while not signals.stop.wait(SUPERVISE_S):
@@ -56,4 +58,15 @@ def run(options: Options, out: TextIO) -> None:
             signals.interrupting = False
             print("simnode: stopping", file=out, flush=True)
             node.stop()
+            fsutil.remove(layout.state_file)
     print("simnode: stopped, no process left", file=out, flush=True)
+
+
+def _state(node_name: str, monitors: int, node: LocalNode) -> State:
+    """What the subcommands read: the real cluster's kubeconfig and tools, the card's root."""
+    assert node.cluster is not None
+    return State(pid=os.getpid(), node_name=node_name, api_url=api_url(),
+                 metrics_url="", monitors=monitors, xvfb_display=node.display,
+                 pids={p.name: p.pid for p in node.cluster.processes},
+                 kubeconfig=str(node.cluster.admin_kubeconfig), host_root=str(node.host),
+                 cluster="local", bin_dir=str(node.cluster.paths.bin))

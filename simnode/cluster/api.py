@@ -204,7 +204,11 @@ class Api:
                    **self._credentials()}
         if body is not None:
             headers["Content-Type"] = MERGE_PATCH if method == "PATCH" else "application/json"
-        data = None if body is None else json.dumps(body).encode()
+        # Compact, as Go clients send it: kube-apiserver 1.37 keeps a claim's opaque
+        # parameters as the bytes it was sent and compares them byte for byte on every
+        # status update, which its own re-encoding (compact) then fails as "status.allocation:
+        # field cannot be modified once set": the driver could never write status.devices.
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:

@@ -4,7 +4,8 @@ harness (driver `liken.sh`) for the simulated card.
 It does what liken does on a node with a card: publishes the card node, its render node and its
 i2c buses as devices of its own ResourceSlice, each with `liken.sh/type` and the card's PCI
 address `liken.sh/address` (what the base's DeviceClasses and the claim template's
-`matchAttribute` select on); writes their CDI spec (`simnode.node.card_cdi`: the simulated
+`matchAttribute` select on), after a second card's i2c bus at another address that a claim
+must not pair with this card; writes their CDI spec (`simnode.node.card_cdi`: the simulated
 sysfs tree, device nodes, DDC/CI sockets and the x11 outputs); registers with the kubelet over
 the plugin-registration socket; and answers NodePrepareResources with each allocated device's
 CDI id, read from the claim's allocation as the kubelet's helper library does.
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 
 DRIVER: Final = card_cdi.LIKEN_DRIVER
 PCI_ADDRESS: Final = "0000:00:02.0"
+# A second card's i2c bus on the same node (a machine with two GPUs), listed before the
+# simulated card's own: the allocator takes the first device that fits, so only the claim
+# template's `matchAttribute: liken.sh/address` keeps it from pairing the wrong wires.
+OTHER_I2C: Final = ("card1-i2c", "0000:00:03.0")
 SLICES: Final = Resource("resource.k8s.io/v1", "resourceslices")
 CLAIMS: Final = Resource("resource.k8s.io/v1", "resourceclaims")
 PLUGINS: Final = Path("/var/lib/kubelet/plugins")
@@ -37,10 +42,14 @@ DEVICE_TYPES: Final = {card_cdi.CARD_DEVICE: "card", card_cdi.RENDER_DEVICE: "re
 
 
 def slice_of(node: str, *, address: str = PCI_ADDRESS) -> JsonObject:
-    """liken's ResourceSlice of one card on `node`."""
-    devices = [{"name": name, "attributes": {
-        "liken.sh/type": {"string": kind}, "liken.sh/address": {"string": address}}}
-        for name, kind in DEVICE_TYPES.items()]
+    """liken's ResourceSlice of the simulated card on `node`, after another card's i2c bus."""
+    def device(name: str, kind: str, at: str) -> JsonObject:
+        return {"name": name, "attributes": {"liken.sh/type": {"string": kind},
+                                             "liken.sh/address": {"string": at}}}
+
+    other, other_address = OTHER_I2C
+    devices = [device(other, "i2c", other_address),
+               *(device(name, kind, address) for name, kind in DEVICE_TYPES.items())]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node}-{DRIVER}"},
             "spec": {"driver": DRIVER, "nodeName": node,

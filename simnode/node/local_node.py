@@ -59,6 +59,7 @@ class LocalNode:
         self.cluster: LocalCluster | None = None
         self.liken: LikenPlugin | None = None
         self.xvfb: Process | None = None
+        self.display = ""  # Xvfb's DISPLAY
         self.servers: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self._next_publish_check = 0.0
@@ -87,11 +88,11 @@ class LocalNode:
         self._timed("cluster up, node Ready", self.cluster.start)
         card.write_card(self.host, self.monitors)
         self.servers = serve_monitors(self.host, self.monitors)
-        self.xvfb, display = start_xvfb(self.logs / "xvfb.log", timeout_s=60)
+        self.xvfb, self.display = start_xvfb(self.logs / "xvfb.log", timeout_s=60)
         self._timed("images in containerd", lambda: self._load_images(paths))
         api = Api(Access.from_kubeconfig(self.cluster.admin_kubeconfig))
         self.liken = LikenPlugin(api, node=config.node_name, host_root=self.host,
-                                 monitors=self.monitors, display=display, cdi_dir=CDI_DIR)
+                                 monitors=self.monitors, display=self.display, cdi_dir=CDI_DIR)
         self.liken.start()
         self._timed("base applied, operator Running", self._deploy)
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from capture.testing import png_rgb_pixels
+from libdisplay.compositor.wayland import list_outputs
 from tests.support.simnode_up import REPO, Sim, running
 
 pytestmark = pytest.mark.skipif(os.environ.get("DISPLAY_OPERATOR_CLUSTER") != "1",
@@ -87,6 +90,13 @@ def test_the_operator_pod_runs_its_four_containers_in_order(node: Sim) -> None:
 
 
 def test_the_scheduler_allocated_the_operator_s_claim_from_liken_s_slice(node: Sim) -> None:
+    # liken's slice lists another card's i2c bus first: only the template's matchAttribute on
+    # liken.sh/address keeps the allocator from taking it.
+    [liken] = [s for s in _kubectl(node, "get", "resourceslices")["items"]
+               if s["spec"]["driver"] == "liken.sh"]
+    first = liken["spec"]["devices"][0]
+    assert (first["name"], first["attributes"]["liken.sh/address"]["string"]) == (
+        "card1-i2c", "0000:00:03.0")
     claims = _kubectl(node, "get", "resourceclaims", "-n", "display-operator")["items"]
     assert len(claims) == 1
     results = {r["request"]: r for r in
@@ -195,6 +205,199 @@ def test_a_consumer_gets_its_monitor_through_the_real_kubelet_and_cdi(node: Sim)
               what="the consumer's claim deleted")
 
 
+SOCKETS = Path("/var/run/display.liken.sh")
+HOLDER = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: NAME}
+spec:
+  devices:
+    requests:
+      - name: screen
+        exactly:
+          deviceClassName: display.liken.sh
+          selectors:
+            - cel: {expression: 'device.attributes["display.liken.sh"].connector == "CONNECTOR"'}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: NAME}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: screen, resourceClaimName: NAME}]
+  containers:
+    - name: pause
+      image: localhost/simnode/pause:3.10
+      imagePullPolicy: Never
+      resources: {claims: [{name: screen}]}
+"""
+
+
+def _holder(sim: Sim, name: str, connector: str) -> None:
+    """A pod that holds a claim on the monitor at `connector` and draws nothing: it outlives
+    the compositor, so the kubelet's view of the device's health can be read on it."""
+    _kubectl_text(sim, "apply", "-f", "-",
+                  input=HOLDER.replace("NAME", name).replace("CONNECTOR", connector))
+
+
+def _outputs() -> dict[str, tuple[str, str]]:
+    """weston's outputs on the node: name -> (mode, transform)."""
+    return {o.name: (str(o.mode), o.transform.name.lower().replace("_", "-"))
+            for o in list_outputs(SOCKETS / "wayland-0", timeout=10.0)}
+
+
+def _colours(png: Path) -> tuple[tuple[int, int], int]:
+    """(size, how many distinct colours) of a PNG of an output."""
+    data = png.read_bytes()
+    width, height = struct.unpack(">II", data[16:24])
+    rgb = png_rgb_pixels(data)
+    return (width, height), len(set(zip(rgb[0::3], rgb[1::3], rgb[2::3], strict=True)))
+
+
+def _pod_state(sim: Sim, name: str) -> tuple[str, int, str]:
+    """(phase, restarts, start time) of a one-container pod."""
+    pod = _kubectl(sim, "get", "pod", name)
+    statuses = pod["status"].get("containerStatuses") or [{"restartCount": 0, "state": {}}]
+    return (pod["status"]["phase"], statuses[0]["restartCount"],
+            statuses[0]["state"].get("running", {}).get("startedAt", ""))
+
+
+def test_a_claim_at_a_mode_and_rotation_draws_on_its_output_beside_another_tenant(
+        node: Sim, tmp_path: Path) -> None:
+    keeper = node.run("claim", "card0-hdmi-a-1").split()[1]
+    kept = _pod_state(node, keeper)
+    assert kept[:2] == ("Running", 0)
+
+    # simnode claim: a real ResourceClaim with DisplayConfig parameters and a consumer pod;
+    # the scheduler allocates it, the kubelet asks the operator to prepare it.
+    printed = node.run("claim", "card0-dp-1", "--mode", "1024x768@60",
+                       "--transform", "rotate-90").split()
+    name, uid = printed[1], printed[-1]
+    # The operator writes what it applied once the prepare has answered.
+    node.wait(lambda: "devices" in _kubectl(node, "get", "resourceclaim", name)["status"],
+              timeout=60, what="the claim's status.devices written by the operator")
+    claim = _kubectl(node, "get", "resourceclaim", name)
+    assert claim["metadata"]["uid"] == uid
+    [device] = claim["status"]["devices"]
+    assert device["device"] == "card0-dp-1"
+    assert {k: device["data"][k] for k in ("output", "mode", "transform")} == {
+        "output": "X2", "mode": "1024x768@60", "transform": "rotate-90"}
+    assert _outputs()["X2"] == ("1024x768@60", "rotate-90")
+    container = _crictl(node, "ps", "--name", "client", "--label",
+                        f"io.kubernetes.pod.name={name}", "-q").split()[0]
+    spec = json.loads(_crictl(node, "inspect", container))["info"]["runtimeSpec"]
+    env = dict(e.split("=", 1) for e in spec["process"]["env"])
+    assert env["WAYLAND_DISPLAY"] == f"/var/run/display.liken.sh/claims/{uid}/wayland-0"
+
+    # Its pixels on its output, turned: the demo client's pattern (thousands of colours) on a
+    # 768x1024 picture; the unclaimed output beside it is one colour.
+    shot = tmp_path / "x2.png"
+
+    def drawn() -> bool:
+        node.run("shoot", "card0-dp-1", str(shot))
+        return _colours(shot)[1] > 1000
+
+    node.wait(drawn, timeout=60, what="the consumer's pattern on X2")
+    assert _colours(shot)[0] == (768, 1024)
+    node.run("shoot", "card0-dp-2", str(tmp_path / "x3.png"))
+    assert _colours(tmp_path / "x3.png")[1] == 1
+    # The other tenant's client never lost its compositor: a client cut from it exits, and
+    # its pod is never restarted.
+    assert _pod_state(node, keeper) == kept
+
+
+def test_releasing_the_claim_unprepares_it_and_the_output_returns_to_its_settings(
+        node: Sim) -> None:
+    [name] = [c["metadata"]["name"] for c in _kubectl(node, "get", "resourceclaims")["items"]
+              if c["metadata"]["name"].startswith("sim-card0-dp-1-")]
+    uid = _kubectl(node, "get", "resourceclaim", name)["metadata"]["uid"]
+    node.run("release", name)
+    assert not (SOCKETS / "claims" / uid).exists()
+    assert _kubectl_run(node, "get", "resourceclaim", name).returncode != 0
+    # The Display's derived settings: no spec.mode, so the monitor's preferred mode.
+    assert _outputs()["X2"] == ("1280x1024@60", "normal")
+
+
+def _health(sim: Sim, pod: str) -> str:
+    status = _kubectl(sim, "get", "pod", pod)["status"]
+    found = [r["health"] for c in status.get("containerStatuses", [])
+             for claim in c.get("allocatedResourcesStatus", []) for r in claim["resources"]]
+    return found[0] if found else ""
+
+
+def _tainted(sim: Sim) -> bool:
+    return any(t["key"] == "display.liken.sh/compositor-unavailable"
+               for s in _kubectl(sim, "get", "resourceslices")["items"]
+               if s["spec"]["driver"] == "display.liken.sh"
+               for d in s["spec"].get("devices", []) for t in d.get("taints", []))
+
+
+def test_a_hung_compositor_taints_its_monitors_until_the_watchdog_s_restart(node: Sim) -> None:
+    _holder(node, "holder", "DP-2")
+    node.wait(lambda: _health(node, "holder") == "Healthy", timeout=120,
+              what="the holder Running, its device Healthy (dra-health, read by the kubelet)")
+    node.run("hang")
+    node.wait(lambda: _tainted(node), timeout=60, what="the devices tainted")
+    # A pod that does not tolerate the taint: the real scheduler will not allocate a monitor.
+    _holder(node, "waiter", "DP-1")
+
+    def unschedulable() -> bool:
+        conditions = _kubectl(node, "get", "pod", "waiter")["status"].get("conditions", [])
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                   and "cannot allocate all claims" in c.get("message", "")
+                   for c in conditions)
+
+    node.wait(unschedulable, timeout=60, what="the scheduler's reason on the new pod")
+    node.wait(lambda: _health(node, "holder") == "Unhealthy", timeout=60,
+              what="the kubelet reporting the holder's device Unhealthy")
+    # The watchdog kills weston, it starts again, the taint goes: the waiting pod runs and the
+    # holder's device is Healthy again.
+    node.wait(lambda: not _tainted(node), timeout=120, what="the taint gone")
+    node.wait(lambda: _pod_state(node, "waiter")[0] == "Running", timeout=120,
+              what="the waiting pod scheduled and Running")
+    node.wait(lambda: _health(node, "holder") == "Healthy", timeout=120,
+              what="the holder's device Healthy again")
+    _kubectl_text(node, "delete", "pod", "waiter")
+    _kubectl_text(node, "delete", "resourceclaim", "waiter")
+
+
+def test_a_rollout_restart_replaces_the_pod_before_starting_the_new_one(node: Sim) -> None:
+    before = _kubectl(node, "get", "pods", "-n", "display-operator")["items"]
+    [old] = [p["metadata"]["name"] for p in before]
+    seen: list[dict[str, list[str]]] = []  # each look: pod -> its running containers
+    roll = subprocess.Popen([*node.command, "roll", f"--state-dir={node.layout.root}"],
+                            env=node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        while roll.poll() is None:
+            seen.append({p["metadata"]["name"]: [
+                s["name"] for s in p["status"].get("initContainerStatuses", [])
+                + p["status"].get("containerStatuses", []) if "running" in s["state"]]
+                for p in _kubectl(node, "get", "pods", "-n", "display-operator")["items"]})
+        out, err = roll.communicate(timeout=30)
+    finally:
+        if roll.poll() is None:
+            roll.kill()
+            roll.wait()
+    assert roll.returncode == 0, err
+    new = out.split()[-2]
+    assert new != old
+    # maxSurge 0, and the card's devices held by one claim at a time: the new pod's
+    # containers start only once the old pod's have all stopped.
+    assert not [look for look in seen if look.get(old) and look.get(new)], seen
+    assert any(look.get(old) for look in seen), seen
+    node.wait(lambda: _slices(node).get("display.liken.sh", ("", 0))[1] == 3, timeout=120,
+              what="the slice published by the new pod")
+    # The held claim is still prepared (the new pod read its checkpoint), and a new claim is
+    # prepared by the new pod.
+    holder = _kubectl(node, "get", "resourceclaim", "holder")["metadata"]["uid"]
+    assert (SOCKETS / "claims" / holder).is_dir()
+    assert _health(node, "holder") == "Healthy"
+    name = node.run("claim", "card0-dp-1").split()[1]
+    assert _pod_state(node, name)[0] == "Running"
+    node.run("release", name)
+
+
 def _denials(sim: Sim) -> tuple[int, list[str]]:
     """How many requests the pod's service accounts made, and each the real authorizer
     answered 403."""
@@ -230,24 +433,30 @@ def test_a_call_outside_the_operator_s_rbac_is_denied(node: Sim) -> None:
     assert done.returncode != 0 and "Forbidden" in done.stderr, done.stderr
 
 
-def _running(names: tuple[str, ...]) -> list[str]:
+def _running(names: tuple[str, ...], root: Path) -> list[str]:
+    """The processes of `names` this node started: each component names a file under the
+    state dir `root` on its command line (another test may run its own etcd and API server on
+    this machine); containerd's shims and containers are this node's alone."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 comm = (proc / "comm").read_text().strip()
                 state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
             if state == "Z":  # ended, its parent not yet told
                 continue
-            if comm in names or comm[:15] in {n[:15] for n in names}:
+            ours = str(root) in argv or comm.startswith("containerd-shim")
+            if ours and (comm in names or comm[:15] in {n[:15] for n in names}):
                 found.append(f"{comm} ({proc.name})")
     return found
 
 
 def test_stopping_up_stops_every_component_and_container(node: Sim) -> None:
-    assert _running(CLUSTER_PROCESSES)
+    root = node.layout.root
+    assert len(_running(CLUSTER_PROCESSES, root)) >= len(CLUSTER_PROCESSES)
     node.process.stop(grace=120.0)
     assert "simnode: stopped, no process left" in node.process.log_text()
-    assert _running(CLUSTER_PROCESSES) == []
+    assert _running(CLUSTER_PROCESSES, root) == []
