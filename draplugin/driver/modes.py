@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mode_text
-from draplugin.driver.checkpoint import Checkpoint, ClaimEntry
 from draplugin.driver import power as outputpower
+from draplugin.driver.checkpoint import Checkpoint, ClaimEntry
 from draplugin.driver.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
 from draplugin.monitors import read_monitor

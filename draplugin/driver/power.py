@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
-from draplugin.compositor import Outcome, OutputPower
+from draplugin.compositor import Outcome
 from libdisplay.display import DisplayPower
 
 DDC_VALUES: Final[Mapping[DisplayPower, int]] = {"On": 0x01, "Standby": 0x02, "Off": 0x04}

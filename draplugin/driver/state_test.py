@@ -24,8 +24,8 @@ from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from libdisplay.compositor.layout import LayoutError
-from libdisplay.hardware import drm, mccs
 from libdisplay.display import display_name
+from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim import sysfs as sysfs_tree
