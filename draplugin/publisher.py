@@ -122,7 +122,7 @@ def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
         return SpecOutcome.power_partly_applied(power)
     if verdict.reason == "HeldByClaim" and verdict.holder is not None:
         holder = verdict.holder
-        return SpecOutcome.held_by_claim(holder.ref)
+        return SpecOutcome.held_by_claim(holder.ref, power=power)
     if verdict.reason == "ModeNotOffered":
         return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
     if verdict.reason == "InvalidSpec":

@@ -17,7 +17,7 @@ import pytest
 
 from draplugin.compositor import Outcome
 from draplugin.driver import modes, power
-from draplugin.driver.checkpoint import EMPTY
+from draplugin.driver.checkpoint import EMPTY, Checkpoint, ClaimEntry
 from draplugin.driver.power import DdcPower, PowerApplied
 from draplugin.publisher import spec_outcome
 from draplugin.settings import Settings
@@ -199,3 +199,20 @@ def test_after_a_compositor_restart_only_the_power_is_applied_again(
                                 power_hook=hook)
     assert module.requests == ["OUTPUTS", "CONFIGURE HDMI-A-1 power=off"]
     assert hook.asked == [(HDMI, "Off")] and applied.power[HDMI].complete
+
+
+def test_a_claim_holding_the_output_does_not_hide_the_power_applied(
+        node: tuple[Settings, FakeModule]) -> None:
+    """The claim sets the mode (HeldByClaim), the Display's power applies all the same, and
+    the condition's message says both."""
+    s, _ = node
+    entry = ClaimEntry(uid="u-1", name="kiosk", namespace="shop", state="prepared", devices=(),
+                       config={HDMI: {"mode": "1280x720@60"}})
+    applied = modes.apply(s, Displays({"power": "Off"}), Checkpoint(claims={"u-1": entry}),
+                          s.compositor(), why="t", power_hook=Hook())
+    (verdict,) = modes.verdicts(applied, {HDMI: entry})
+    outcome = spec_outcome(verdict)
+    assert outcome.reason == "HeldByClaim"
+    assert outcome.message == (
+        "claim shop/kiosk holds the output and sets its mode; spec.mode, transform and scale "
+        "apply when the claim is released; power Off through KMS and DDC/CI")

@@ -183,7 +183,14 @@ class SpecOutcome:
         return cls("False", "PowerPartlyApplied", text)
 
     @classmethod
-    def held_by_claim(cls, claim: ClaimRef) -> SpecOutcome:
+    def held_by_claim(cls, claim: ClaimRef, *, power: str = "") -> SpecOutcome:
+        """A claim sets the output's mode, transform and scale; `power`, which the Display
+        sets whoever holds the output, says how it was applied."""
+        if power:
+            return cls("False", "HeldByClaim",
+                       f"claim {claim.namespace}/{claim.name} holds the output and sets its "
+                       f"mode; spec.mode, transform and scale apply when the claim is released; "
+                       f"{power}")
         return cls("False", "HeldByClaim",
                    f"claim {claim.namespace}/{claim.name} holds the output and sets it; spec "
                    "applies when the claim is released")
