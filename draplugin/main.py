@@ -161,6 +161,38 @@ def _this_pod() -> tuple[str, str] | None:
     return (namespace, pod) if namespace and pod else None
 
 
+@cli.command("power")
+@click.argument("state", metavar="On|Off|Standby")
+@click.option("--selector", "-l", required=True, envvar="DISPLAY_SELECTOR",
+              help="The Displays to switch: a label selector, key=value, key!=value, key or "
+                   "!key, comma-separated (env DISPLAY_SELECTOR).")
+@api_options
+def power(state: str, selector: str, **api: Any) -> None:
+    """Set spec.power to STATE on every Display SELECTOR picks (a schedule's CronJob runs
+    it: deploy/examples/display-power-schedule.yaml). Exits 1 when it picks none."""
+    from draplugin import schedule
+    from libdisplay.kube.cli_options import endpoint
+    from libdisplay.kube.lightkube_client import client
+    from libdisplay.kube.lightkube_errors import from_lightkube
+
+    try:
+        wanted = schedule.power_state(state)
+        schedule.parse_selector(selector)  # a bad selector fails before any call
+    except schedule.ScheduleError as err:
+        raise click.BadParameter(str(err)) from err
+    try:
+        done = schedule.switch(client(endpoint(api)), wanted, selector)
+    except schedule.ScheduleError as err:
+        raise click.ClickException(str(err)) from err
+    except Exception as err:  # the API's refusals and outages; anything else is a bug
+        failed = from_lightkube(err, "switch Displays")
+        if failed is None:
+            raise
+        raise click.ClickException(f"the API refused or failed: {failed}") from err
+    for item in done:
+        click.echo(f"{item.name}: {item.result} (spec.power {item.before or 'unset'} -> {state})")
+
+
 @cli.command("checkpoint")
 @options.plugin_dir
 def checkpoint_cmd(plugin_dir: Path) -> None:

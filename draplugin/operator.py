@@ -167,7 +167,8 @@ def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[
 
 
 def _restore_when_back(driver: Driver) -> Listener:
-    """A watchdog listener: a compositor that answers again has lost every claim's socket.
+    """A watchdog listener: a compositor that answers again has lost every claim's socket,
+    and lit every output (weston.ini carries modes, not the Displays' power).
 
     The watchdog calls it on the publisher's event loop, which must not wait for the
     driver's lock (held through a whole prepare), so the restore runs on a thread of its own.
@@ -178,6 +179,7 @@ def _restore_when_back(driver: Driver) -> Listener:
             driver.restore_sockets()
         except Exception:  # the next "available" or start tries again; never silently
             log.exception("restoring the claims' sockets failed")
+        driver.follow_power()
 
     def on_availability(availability: Availability) -> None:
         if availability.available:

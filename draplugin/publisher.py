@@ -79,10 +79,14 @@ class Publisher:
             log.warning("cannot report the Displays' spec outcome: %s", err)
 
     async def _report(self, found: list[modes.SpecVerdict]) -> None:
+        self.runtime.metrics.set_power_states(
+            verdict.power.state if verdict.power is not None and verdict.power.applied_by
+            else "On" for verdict in found)
         for verdict in found:
+            power = None if verdict.power is None else verdict.power.to_status()
             try:
                 await self.runtime.displays.report_spec(verdict.display, verdict.generation,
-                                                        spec_outcome(verdict))
+                                                        spec_outcome(verdict), power=power)
             except DisplaysError as err:
                 if fatal(err):
                     raise
@@ -108,12 +112,17 @@ class Publisher:
 
 def spec_outcome(verdict: modes.SpecVerdict) -> SpecOutcome:
     """The SpecApplied condition a verdict makes."""
+    power = verdict.power.describe() if verdict.power is not None else ""
     if verdict.reason == "Applied":
         return SpecOutcome.applied(mode=verdict.mode, transform=verdict.transform,
-                                   scale=verdict.scale)
+                                   scale=verdict.scale, power=power)
+    if verdict.reason == "PowerNotApplied":
+        return SpecOutcome.power_not_applied(power)
+    if verdict.reason == "PowerPartlyApplied":
+        return SpecOutcome.power_partly_applied(power)
     if verdict.reason == "HeldByClaim" and verdict.holder is not None:
         holder = verdict.holder
-        return SpecOutcome.held_by_claim(holder.ref)
+        return SpecOutcome.held_by_claim(holder.ref, power=power)
     if verdict.reason == "ModeNotOffered":
         return SpecOutcome.mode_not_offered(verdict.mode, verdict.offered)
     if verdict.reason == "InvalidSpec":

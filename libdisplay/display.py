@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final, Literal, get_args
 
 from libdisplay.compositor.weston import TRANSFORMS, Transform
 from libdisplay.hardware.modes import Mode, ModeError, parse_mode
@@ -25,7 +26,13 @@ DEVICE_LABEL = f"{GROUP}/device"
 
 _MAX_NAME = 253
 _MAX_LABEL = 63
-_SPEC_KEYS = frozenset({"mode", "transform", "scale"})
+_SPEC_KEYS = frozenset({"mode", "transform", "scale", "power"})
+
+DisplayPower = Literal["On", "Off", "Standby"]
+"""`spec.power`, in the API's CamelCase for enumerations: the output's power as a person sets
+it (a schedule included). Off and Standby both stop the output's signal (KMS); they differ
+only in what DDC/CI asks of the monitor (VCP 0xD6 04 off, 02 standby)."""
+POWER_STATES: Final[tuple[DisplayPower, ...]] = get_args(DisplayPower)
 
 
 class DisplaySpecError(ValueError):
@@ -39,6 +46,7 @@ class DisplaySpec:
     mode: Mode | None = None
     transform: Transform | None = None
     scale: int | None = None
+    power: DisplayPower | None = None
 
 
 def display_name(node: str, device: str) -> str:
@@ -86,6 +94,7 @@ def parse_spec(spec: Mapping[str, object] | None) -> DisplaySpec:
         mode=_mode(spec.get("mode")),
         transform=_transform(spec.get("transform")),
         scale=_scale(spec.get("scale")),
+        power=_power(spec.get("power")),
     )
 
 
@@ -116,3 +125,12 @@ def _scale(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4:
         raise DisplaySpecError(f"spec.scale must be a whole number from 1 to 4, not {value!r}")
     return value
+
+
+def _power(value: object) -> DisplayPower | None:
+    if value is None:
+        return None
+    for state in POWER_STATES:
+        if value == state:
+            return state
+    raise DisplaySpecError(f"spec.power must be one of {', '.join(POWER_STATES)}, not {value!r}")

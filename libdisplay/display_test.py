@@ -36,8 +36,10 @@ def test_display_name_of_long_nodes_stays_valid_and_distinct() -> None:
         ({"mode": "preferred"}, DisplaySpec()),
         ({"mode": "1280x720@60"}, DisplaySpec(mode=Mode(1280, 720, 60000))),
         ({"transform": "rotate-90", "scale": 2}, DisplaySpec(transform="rotate-90", scale=2)),
+        ({"power": "Off"}, DisplaySpec(power="Off")),
+        ({"power": "Standby"}, DisplaySpec(power="Standby")),
     ],
-    ids=["none", "empty", "preferred", "mode", "transform-scale"],
+    ids=["none", "empty", "preferred", "mode", "transform-scale", "power-off", "power-standby"],
 )
 def test_parse_spec_accepts(spec: dict[str, object] | None, expected: DisplaySpec) -> None:
     assert parse_spec(spec) == expected
@@ -52,8 +54,12 @@ def test_parse_spec_accepts(spec: dict[str, object] | None, expected: DisplaySpe
         ({"scale": 0}, "spec.scale"),
         ({"scale": True}, "spec.scale"),
         ({"brightness": 50}, "brightness"),
+        # The claim's lower-case words are not the Display's values (the CRD's enum).
+        ({"power": "off"}, "spec.power must be one of On, Off, Standby, not 'off'"),
+        ({"power": True}, "spec.power"),
     ],
-    ids=["bad-mode", "mode-not-string", "bad-transform", "scale-zero", "scale-bool", "unknown"],
+    ids=["bad-mode", "mode-not-string", "bad-transform", "scale-zero", "scale-bool", "unknown",
+         "power-lower-case", "power-bool"],
 )
 def test_parse_spec_rejects_naming_the_field(spec: dict[str, object], names: str) -> None:
     with pytest.raises(DisplaySpecError, match=names):

@@ -59,6 +59,9 @@ from libdisplay.hardware.modes import Mode
 log = logging.getLogger(__name__)
 
 RestartReason = Literal["unsupported", "new-connector", "start"]
+OutputPower = Literal["on", "off"]
+"""What the compositor's output should be: lit, or powered off (KMS: DPMS off, its CRTC
+disabled; weston and its clients keep running, the client's frame callbacks pause)."""
 Result = Literal["live", "fallback", "failed"]
 Followed = Literal["changed", "unchanged", "failed"]
 """What the driver's following of the connectors did (`Driver.follow_connectors`): some output
@@ -105,25 +108,32 @@ class _NoRecorder:
 class Wanted:
     """What one output of the compositor (its name there: `HDMI-A-1`, `X1`) should run at.
     `mode` None leaves the mode as it is (a monitor whose preferred mode is unknown);
-    `modeset` forces a full modeset of that output (a monitor re-plugged on it)."""
+    `modeset` forces a full modeset of that output (a monitor re-plugged on it) unless it is
+    to be off; `power` off powers the output off (a Display's `spec.power`)."""
 
     output: str
     mode: Mode | None = None
     transform: str = DEFAULT_TRANSFORM
     scale: int = DEFAULT_SCALE
     modeset: bool = False
+    power: OutputPower = "on"
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What `apply` did: each output's state as weston reports it afterwards, the restart it
     ordered (None when everything was live or nothing changed), the outputs it changed, and
-    the outputs whose change failed, with the module's error."""
+    the outputs whose change failed, with the module's error. The power of an output is
+    applied apart from its other fields, so a power change that failed or that the backend
+    cannot make (`power_failed`, `power_unsupported`) leaves the rest applied and restarts
+    nothing: a restart lights every output, it powers none off."""
 
     states: dict[str, OutputState] = field(default_factory=dict)
     restarted: RestartReason | None = None
     changed: tuple[str, ...] = ()
     failed: dict[str, LayoutError] = field(default_factory=dict)
+    power_failed: dict[str, LayoutError] = field(default_factory=dict)
+    power_unsupported: dict[str, str] = field(default_factory=dict)
 
 
 def mode_text(state: OutputState) -> str:
@@ -314,10 +324,13 @@ class Compositor:
         changed, failed = [], {}
         for want in wanted:
             fields = differs(want, states[want.output])
-            if not fields and not want.modeset:
+            # An output to be off gets no modeset (it would light it); one to be lit again
+            # is lit by `_apply_power`.
+            modeset = want.modeset and want.power == "on" and states[want.output].powered
+            if not fields and not modeset:
                 continue
             try:
-                states[want.output] = self._configure(want, fields, why=why)
+                states[want.output] = self._configure(want, fields, why=why, modeset=modeset)
             except layout.LayoutUnsupported as err:
                 if not fields:
                     # Only the re-plug's modeset was asked, which a backend without DPMS
@@ -334,10 +347,68 @@ class Compositor:
                 continue
             changed.append(want.output)
             self.recorder.output_reconfigured(want.output, "live")
+        outcome = self._apply_power(wanted, states, why=why,
+                                    skip=failed.keys(), changed=changed)
         self._record_states(states.values(), connected)
-        return Outcome(states=states, changed=tuple(changed), failed=failed)
+        return Outcome(states=states, changed=tuple(changed), failed=failed,
+                       power_failed=outcome.power_failed,
+                       power_unsupported=outcome.power_unsupported)
 
-    def _configure(self, want: Wanted, fields: Sequence[str], *, why: str) -> OutputState:
+    def apply_power(self, wanted: Sequence[Wanted], *, why: str) -> Outcome:
+        """Only the wanted outputs' power, nothing else (a weston that started again runs
+        weston.ini's modes and lit every output); nothing when no compositor answers."""
+        with self._changing:
+            if self.pid() is None and not self.answers():
+                return Outcome()
+            try:
+                states = {s.name: s for s in self.outputs()}
+            except LayoutError as err:
+                log.info("no output's power applied (%s): %s", why, err)
+                return Outcome()
+            changed: list[str] = []
+            power = self._apply_power(wanted, states, why=why, changed=changed)
+            return Outcome(states=states, changed=tuple(changed),
+                           power_failed=power.power_failed,
+                           power_unsupported=power.power_unsupported)
+
+    def _apply_power(self, wanted: Sequence[Wanted], states: dict[str, OutputState], *,
+                     why: str, skip: Iterable[str] = (), changed: list[str]) -> Outcome:
+        """Power each wanted output off or on where it is not so yet, one CONFIGURE of its
+        own (`states` and `changed` updated in place). An output whose other fields failed
+        is left as it is (`skip`): nothing more is done to an output the module just put
+        back. Lighting is the module's modeset=1 (weston_output_power_on), which repaints."""
+        failed: dict[str, LayoutError] = {}
+        unsupported: dict[str, str] = {}
+        skipped = set(skip)
+        for want in wanted:
+            state = states.get(want.output)
+            if state is None or want.output in skipped or state.powered == (want.power == "on"):
+                continue
+            assert self.control is not None  # outputs() answered through it
+            try:
+                with LayoutControl(self.control, timeout=self.control_timeout) as control:
+                    states[want.output] = control.configure(
+                        want.output, power_off=want.power == "off", modeset=want.power == "on")
+            except layout.LayoutUnsupported as err:
+                log.warning("output %s: cannot be powered %s (%s): %s", want.output,
+                            want.power, why, err)
+                unsupported[want.output] = err.detail
+                continue
+            except LayoutError as err:
+                log.error("output %s: powering it %s failed (%s): %s", want.output, want.power,
+                          why, err)
+                self.recorder.output_reconfigured(want.output, "failed")
+                failed[want.output] = err
+                continue
+            self._note(want.output)
+            log.info("output %s powered %s (%s)", want.output, want.power, why)
+            if want.output not in changed:
+                changed.append(want.output)
+            self.recorder.output_reconfigured(want.output, "live")
+        return Outcome(power_failed=failed, power_unsupported=unsupported)
+
+    def _configure(self, want: Wanted, fields: Sequence[str], *, why: str,
+                   modeset: bool) -> OutputState:
         assert self.control is not None  # outputs() answered through it
         started = time.monotonic()
         with LayoutControl(self.control, timeout=self.control_timeout) as control:
@@ -346,7 +417,7 @@ class Compositor:
                 mode=str(want.mode) if "mode" in fields and want.mode is not None else None,
                 transform=want.transform if "transform" in fields else None,
                 scale=want.scale if "scale" in fields else None,
-                modeset=want.modeset)
+                modeset=modeset)
         self._note(want.output)
         log.info("output %s now %s %s scale %d, live in %.0f ms (%s)", want.output,
                  mode_text(state), state.transform, state.scale,
@@ -365,7 +436,11 @@ class Compositor:
         pending = [w.output for w in wanted
                    if w.output not in states or differs(w, states[w.output]) or w.modeset]
         if states and not pending:
-            return Outcome(states=states)
+            changed: list[str] = []
+            power = self._apply_power(wanted, states, why=why, changed=changed)
+            return Outcome(states=states, changed=tuple(changed),
+                           power_failed=power.power_failed,
+                           power_unsupported=power.power_unsupported)
         log.warning("restarting the compositor (%s): %s; %s", reason, detail, why)
         self.restart(reason, f"{why}: {detail}")
         for output in pending:
@@ -374,8 +449,14 @@ class Compositor:
             after = {s.name: s for s in self.outputs()}
         except LayoutError:
             after = {}
+        # The new weston lit every output: those to be off are powered off again.
+        changed = list(pending)
+        power = self._apply_power(wanted, after, why=why, changed=changed) if after \
+            else Outcome()
         self._record_states(after.values(), connected)
-        return Outcome(states=after, restarted=reason, changed=tuple(pending))
+        return Outcome(states=after, restarted=reason, changed=tuple(changed),
+                       power_failed=power.power_failed,
+                       power_unsupported=power.power_unsupported)
 
     def _record_states(self, states: Iterable[OutputState], connected: Iterable[str]) -> None:
         plugged = set(connected)

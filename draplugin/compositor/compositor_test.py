@@ -76,6 +76,50 @@ def test_a_replugged_output_gets_a_modeset_though_nothing_differs(tmp_path: Path
     assert module.requests == ["OUTPUTS", "CONFIGURE X1 modeset=1"]
 
 
+def test_power_is_its_own_change_after_the_other_fields(tmp_path: Path) -> None:
+    """Off: a CONFIGURE of its own after the mode (so a backend that cannot power off still
+    switches modes); On: the module's modeset=1 lights it again."""
+    recorded = Recorded()
+    module = FakeModule({"X1": state_line(), "X2": state_line()})
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        off = compositor(tmp_path, recorded).apply(
+            [Wanted("X1", Mode(1280, 720, 60000), power="off"), Wanted("X2")], why="off")
+        again = compositor(tmp_path, recorded).apply([Wanted("X1", power="off")], why="again")
+        on = compositor(tmp_path, recorded).apply([Wanted("X1")], why="on")
+    assert module.requests == ["OUTPUTS", "CONFIGURE X1 mode=1280x720@60",
+                               "CONFIGURE X1 power=off", "OUTPUTS", "OUTPUTS",
+                               "CONFIGURE X1 modeset=1"]
+    assert not off.states["X1"].powered and off.changed == ("X1",)
+    assert again.changed == () and on.states["X1"].powered and on.changed == ("X1",)
+    assert recorded.restarts == []
+
+
+def test_a_power_off_the_backend_cannot_make_restarts_nothing(tmp_path: Path) -> None:
+    """x11 and headless have no DPMS: the output stays lit, the outcome says why, and no
+    restart is ordered (a restart lights outputs, it powers none off)."""
+    recorded = Recorded()
+    module = FakeModule({"X1": state_line()}, refuse_power=(
+        "ERR unsupported power X1 cannot be powered off (the backend has no DPMS)"))
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        outcome = compositor(tmp_path, recorded).apply([Wanted("X1", power="off")], why="off")
+        assert weston.poll() is None
+    assert outcome.power_unsupported == {
+        "X1": "X1 cannot be powered off (the backend has no DPMS)"}
+    assert outcome.states["X1"].powered and outcome.restarted is None
+    assert recorded.restarts == [] and outcome.power_failed == {}
+
+
+def test_a_replugged_output_to_be_off_gets_no_modeset(tmp_path: Path) -> None:
+    module = FakeModule({"X1": state_line() + " power=off"})
+    with stand_in_weston(tmp_path) as weston, serving(tmp_path / "layout.sock", module):
+        (tmp_path / "weston.pid").write_text(f"{weston.pid}\n")
+        outcome = compositor(tmp_path, Recorded()).apply(
+            [Wanted("X1", modeset=True, power="off")], why="plug")
+    assert module.requests == ["OUTPUTS"] and not outcome.states["X1"].powered
+
+
 @pytest.mark.parametrize(
     ("outputs", "refuse", "reason"),
     [({"HDMI-A-1": state_line()}, "ERR unsupported mode the backend has no mode switch",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from draplugin.compositor import Compositor, Outcome, RestartReason, Wanted, mode_text
+from draplugin.driver import power as outputpower
 from draplugin.driver.checkpoint import Checkpoint, ClaimEntry
 from draplugin.driver.claimconfig import DisplayConfig, from_stored
 from draplugin.kube import Kube, KubeError
@@ -48,7 +49,7 @@ from draplugin.settings import Settings
 from libdisplay import display, fsutil
 from libdisplay.compositor.outputs import Choice, derive_ini
 from libdisplay.compositor.weston import WestonIniError, check_output_mode
-from libdisplay.display import DisplaySpec, DisplaySpecError, parse_spec
+from libdisplay.display import DisplayPower, DisplaySpec, DisplaySpecError, parse_spec
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import Mode
 
@@ -116,6 +117,9 @@ class Derivation:
     claimed: dict[str, DisplayConfig]
     offered: dict[str, tuple[Mode, ...]]
     text: str
+    power: dict[str, DisplayPower] = field(default_factory=dict)
+    """Per connected device, the power its Display asks the operator to apply
+    (`draplugin.driver.power.target`); a device left out is not managed (lit)."""
 
     def wanted(self, *, modeset: Collection[str] = ()) -> list[Wanted]:
         """What the compositor's outputs should run at, one per connected device; `modeset`
@@ -129,7 +133,8 @@ class Derivation:
                 mode=output.mode if isinstance(output.mode, Mode) else None,
                 transform=output.transform or "normal",
                 scale=output.scale or 1,
-                modeset=device in modeset))
+                modeset=device in modeset,
+                power="on" if self.power.get(device, "On") == "On" else "off"))
         return wanted
 
 
@@ -152,8 +157,12 @@ def derive(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig],
     devices = [c.device_name for card in cards for c in card.connectors]
     offered = {c.device_name: read_monitor(c).offered
                 for card in cards for c in card.connectors if c.connected}
+    power = {d: wanted for d, r in read.items() if r is not None
+             and (wanted := outputpower.target(r.spec.power if r.spec else None,
+                                               r.last_power)) is not None}
     return Derivation(choices=dict(zip(devices, choices, strict=True)), connected=connected,
-                      displays=read, claimed=dict(claimed), offered=offered, text=text)
+                      displays=read, claimed=dict(claimed), offered=offered, text=text,
+                      power=power)
 
 
 def compose(settings: Settings, kube: Kube, claimed: Mapping[str, DisplayConfig], *,
@@ -169,6 +178,8 @@ class Applied:
     derivation: Derivation
     outcome: Outcome = field(default_factory=Outcome)
     written: bool = False
+    power: dict[str, outputpower.PowerApplied] = field(default_factory=dict)
+    """Per device whose power the derivation manages, how it was applied."""
 
     @property
     def restarted(self) -> bool:
@@ -180,7 +191,7 @@ def unapplied_marker(weston_ini: Path) -> Path:
 
 
 SpecReason = Literal["Applied", "HeldByClaim", "ModeNotOffered", "InvalidSpec", "ApplyFailed",
-                     "RestartPending"]
+                     "RestartPending", "PowerNotApplied", "PowerPartlyApplied"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +199,9 @@ class SpecVerdict:
     """What came of one Display's `spec` (the generation the derivation read): applied, with
     what weston reports; held by a claim that sets the output; a mode the monitor does not
     offer (with what it offers); a spec no compositor can take; a change the compositor
-    refused; or waiting for the compositor to start."""
+    refused; or waiting for the compositor to start. `power`: how its power was applied,
+    where the Display manages it; once the rest applied, a power that did not take effect,
+    or took effect with a step failed, is the verdict's reason."""
 
     device: str
     display: str
@@ -201,6 +214,7 @@ class SpecVerdict:
     offered: tuple[str, ...] = ()
     field: str = ""
     detail: str = ""
+    power: outputpower.PowerApplied | None = None
 
 
 def holders(checkpoint: Checkpoint) -> dict[str, ClaimEntry]:
@@ -225,8 +239,9 @@ def verdicts(applied: Applied, held: Mapping[str, ClaimEntry]) -> list[SpecVerdi
         read = derivation.displays.get(device)
         if read is None or read.generation is None:
             continue  # no Display yet: the publisher creates it, and its creation is an edit
+        power = applied.power.get(device)
         verdict = SpecVerdict(device=device, display=read.name, generation=read.generation,
-                              reason="Applied")
+                              reason="Applied", power=power)
         output = derivation.choices[device].output.name
         state = outcome.states.get(output)
         if read.invalid is not None:
@@ -248,6 +263,9 @@ def verdicts(applied: Applied, held: Mapping[str, ClaimEntry]) -> list[SpecVerdi
         else:
             verdict = replace(verdict, mode=mode_text(state), transform=state.transform,
                               scale=state.scale)
+            if power is not None and not power.complete:
+                verdict = replace(verdict, reason="PowerPartlyApplied" if power.applied_by
+                                  else "PowerNotApplied")
         found.append(verdict)
     return found
 
@@ -270,13 +288,15 @@ def _offers(mode: Mode, offered: tuple[Mode, ...], output: str) -> bool:
 def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Compositor, *,
           why: str, modeset: Collection[str] = (), restart_reason: RestartReason | None = None,
           on_written: Callable[[], None] | None = None,
-          cards: Iterable[drm.Card] | None = None) -> Applied:
+          cards: Iterable[drm.Card] | None = None,
+          power_hook: outputpower.PowerHook | None = None) -> Applied:
     """Derive every output's settings, write weston.ini when its text changed, and bring the
     running compositor to them (`Compositor.apply`: live where it can). `modeset` names
     devices whose monitor was re-plugged; `restart_reason` names a fallback restart by why it
     was needed instead of by what the module answered. `on_written` is called between the
     file and the compositor (a test's crash point). `cards`: the inventory to derive from,
-    else sysfs is read now."""
+    else sysfs is read now. Each managed output's power is then set on its monitor through
+    `power_hook` (DDC/CI) after the compositor's KMS step (`draplugin.driver.power`)."""
     derivation = derive(settings, kube, claimed_outputs(checkpoint), cards=cards)
     ini = settings.weston_ini
     marker = unapplied_marker(ini)
@@ -294,7 +314,29 @@ def apply(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Co
                                config_changed=changed or marker.exists(),
                                restart_reason=restart_reason)
     _remove(marker)
-    return Applied(derivation=derivation, outcome=outcome, written=changed)
+    return Applied(derivation=derivation, outcome=outcome, written=changed,
+                   power=_power_steps(derivation, outcome, power_hook))
+
+
+def apply_power(settings: Settings, kube: Kube, checkpoint: Checkpoint, compositor: Compositor,
+                *, why: str, power_hook: outputpower.PowerHook | None = None) -> Applied:
+    """The outputs' power alone, KMS then DDC/CI, as `apply` ends (after the compositor
+    started again: it runs weston.ini, which carries no power, and lit every output)."""
+    derivation = derive(settings, kube, claimed_outputs(checkpoint))
+    outcome = compositor.apply_power(derivation.wanted(), why=why)
+    return Applied(derivation=derivation, outcome=outcome,
+                   power=_power_steps(derivation, outcome, power_hook))
+
+
+def _power_steps(derivation: Derivation, outcome: Outcome,
+                 hook: outputpower.PowerHook | None) -> dict[str, outputpower.PowerApplied]:
+    """Each managed output's DDC/CI step after the compositor's KMS one (`outcome`)."""
+    powered = {device: outputpower.apply(device, derivation.choices[device].output.name, state,
+                                         outcome, hook or outputpower.NoPower())
+               for device, state in derivation.power.items()}
+    for device, done in powered.items():
+        log.info("%s: %s", device, done.describe())
+    return powered
 
 
 def _remove(path: Path) -> None:
@@ -317,6 +359,9 @@ class ReadDisplay:
     generation: int | None
     spec: DisplaySpec | None
     invalid: DisplaySpecError | None = None
+    last_power: object = None
+    """`status.power.state`: the power the operator last applied (to turn On again when the
+    spec stops stating one)."""
 
 
 def _read_display(kube: Kube, node: str, device: str) -> ReadDisplay | None:
@@ -328,13 +373,15 @@ def _read_display(kube: Kube, node: str, device: str) -> ReadDisplay | None:
     if found is None:
         return None
     generation = (found.get("metadata") or {}).get("generation")
+    reported = (found.get("status") or {}).get("power")
+    last_power = reported.get("state") if isinstance(reported, dict) else None
     try:
         spec = parse_spec(found.get("spec") or {})
     except DisplaySpecError as err:
         # As declare does: a spec no compositor can take leaves the output at its default.
         log.warning("Display %s: %s; its output ignores it", name, err)
-        return ReadDisplay(name, generation, None, err)
-    return ReadDisplay(name, generation, spec)
+        return ReadDisplay(name, generation, None, err, last_power=last_power)
+    return ReadDisplay(name, generation, spec, last_power=last_power)
 
 
 def _merged_spec(spec: DisplaySpec | None, claim: DisplayConfig | None) -> DisplaySpec:

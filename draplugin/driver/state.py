@@ -41,7 +41,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol, get_args
 
 # Re-exported: the kubelet-facing side names the claims it hands the driver by it.
@@ -51,14 +51,16 @@ from draplugin.driver import checkpoint, delivery, modes
 from draplugin.driver.allocation import AllocatedDevice, AllocationError, allocated_devices
 from draplugin.driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.driver.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig
+from draplugin.driver.power import DdcPower, NoPower
 from draplugin.kube import Kube, KubeError
 from draplugin.monitors import read_monitor
 from draplugin.settings import Settings
-from libdisplay import cdi
+from libdisplay import cdi, display
 from libdisplay.cdi import ClaimedOutput
 from libdisplay.compositor.layout import LayoutError, OutputState
 from libdisplay.compositor.outputs import Monitor
 from libdisplay.compositor.weston import WestonIniError, check_output_mode
+from libdisplay.display import DisplayPower, DisplaySpecError, parse_spec
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import Mode
 
@@ -120,6 +122,8 @@ class DdcHook(Protocol):
 
     def apply(self, plan: DdcPlan) -> None: ...
 
+    def set_power(self, device: str, state: DisplayPower) -> DdcPower: ...
+
 
 class NoDdc:
     """Refuses every DDC/CI setting: without its node publisher (`--no-publish`) the operator
@@ -135,6 +139,9 @@ class NoDdc:
 
     def apply(self, plan: DdcPlan) -> None:
         raise DdcNotSupportedError(f"DDC/CI settings for {plan.connector} are not supported")
+
+    def set_power(self, device: str, state: DisplayPower) -> DdcPower:
+        return NoPower().set_power(device, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +187,8 @@ def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -
                 f"device {device.device} has no connected monitor on this node now"
             )
         config = _check_config(device, read_monitor(connector))
-        if (ddc_plan := ddc.plan(connector, config)) is not None:
+        if (ddc_plan := ddc.plan(connector, _under_display_power(
+                kube, settings.node.name, device.device, config))) is not None:
             ddc_plans.append(ddc_plan)
         output = settings.node.aliases.get(connector.output_name, connector.output_name)
         claimed = ClaimedOutput(device=device.device, output=output)
@@ -206,6 +214,25 @@ def plan_claim(settings: Settings, kube: Kube, ref: ClaimRef, *, ddc: DdcHook) -
     return ClaimPlan(entry=entry, outputs=tuple(outputs),
                      states_output=any(c.states_output for c in configs.values()),
                      ddc=tuple(ddc_plans))
+
+
+def _under_display_power(kube: Kube, node: str, device: str,
+                         config: DisplayConfig) -> DisplayConfig:
+    """`config` without its `power` where the device's Display states one: the Display's
+    `spec.power` wins over a claim's (`draplugin.driver.power`), so the claim's is not sent to
+    the monitor. The config the checkpoint keeps is the claim's own, unchanged."""
+    if config.power is None:
+        return config
+    found = kube.get_display(display.display_name(node, device))
+    try:
+        stated = parse_spec((found or {}).get("spec") or {}).power
+    except DisplaySpecError:
+        stated = None  # a spec no compositor can take states no power either
+    if stated is None:
+        return config
+    log.info("device %s: the claim's power %s is not applied: its Display states power %s, "
+             "which wins", device, config.power, stated)
+    return replace(config, power=None)
 
 
 def _connectors(settings: Settings) -> dict[str, drm.Connector]:
@@ -372,7 +399,7 @@ class Driver:
         the inventory to derive from, else sysfs is read now."""
         applied = modes.apply(
             self._settings, self._kube, self._load(), self.compositor, why=why,
-            modeset=modeset, restart_reason=restart_reason, cards=cards,
+            modeset=modeset, restart_reason=restart_reason, cards=cards, power_hook=self._ddc,
             on_written=None if fault is None else lambda: self._fault(fault))
         if applied.restarted:
             # The new compositor's module holds no claim's socket.
@@ -424,6 +451,27 @@ class Driver:
             outcome = applied.outcome
             changed = outcome.changed or outcome.restarted or outcome.failed
             return "changed" if changed else "unchanged"
+
+    def follow_power(self) -> Followed:
+        """Apply the Displays' power again, nothing else (a compositor that came back lit
+        every output); never raises: the next derivation tries again."""
+        with self._lock:
+            try:
+                applied = modes.apply_power(
+                    self._settings, self._kube, self._load(), self.compositor,
+                    why="the compositor answers again", power_hook=self._ddc)
+            except _FAILURES as err:
+                log.error("cannot apply the outputs' power yet: %s", err)
+                return "failed"
+            except Exception:  # a listener's thread: logged, never lost
+                log.exception("applying the outputs' power failed")
+                return "failed"
+            if self._on_applied is not None and applied.power:
+                try:
+                    self._on_applied(applied, self._load())
+                except Exception:
+                    log.exception("could not report what the compositor applied")
+            return "changed" if applied.outcome.changed else "unchanged"
 
     # --- unprepare -------------------------------------------------------------------------
 

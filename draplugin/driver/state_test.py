@@ -24,6 +24,7 @@ from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from libdisplay.compositor.layout import LayoutError
+from libdisplay.display import display_name
 from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient
 from libdisplay.hardware.modes import Mode
@@ -43,6 +44,7 @@ class DictKube:
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.broken: set[str] = set()
+        self.displays: dict[str, dict[str, Any]] = {}
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         if name in self.broken:
@@ -50,7 +52,7 @@ class DictKube:
         return self.claims.get((namespace, name))
 
     def get_display(self, name: str) -> dict[str, Any] | None:
-        return None
+        return self.displays.get(name)
 
     def add(self, name: str, devices: Sequence[str], params: Sequence[Mapping[str, object]]
             ) -> ClaimRef:
@@ -198,6 +200,28 @@ def test_a_two_device_claim_whose_second_mode_is_not_offered_changes_nothing(
     reading = buses.run(3, lambda client: client.get_vcp(mccs.BRIGHTNESS))
     assert reading.current == 50
     assert _written(settings) == before
+
+
+def test_a_displays_power_wins_over_the_claims_which_is_not_sent_to_the_monitor(
+        tmp_path: Path) -> None:
+    """One precedence (draplugin.driver.power): where the Display states `spec.power`, a
+    claim's `power` is left out of its DDC/CI settings; its other settings still apply, and
+    on a Display that states none the claim's power is set as before."""
+    _card(tmp_path)
+    settings = _settings(tmp_path)
+    kube = DictKube()
+    clock = FakeClock()
+    monitors = {3: SimulatedMonitor(clock=clock), 4: SimulatedMonitor(clock=clock)}
+    buses = ddcmap.Buses(open_bus=monitors.__getitem__,
+                         client=lambda t: DdcClient(t, sleep=clock.sleep, clock=clock))
+    hook = ddcmap.ClaimDdc(buses, buses=dict)
+    kube.displays[display_name(NODE, HDMI)] = {"metadata": {"generation": 1},
+                                               "spec": {"power": "Off"}}
+    claim = kube.add("kiosk", [HDMI, DP], [{"power": "off", "brightness": 20}])
+    assert Driver(settings, kube, ddc=hook).prepare([claim])[claim.uid].error == ""
+    assert monitors[3].value(mccs.POWER_MODE) == 0x01, "the Display's power wins"
+    assert monitors[3].value(mccs.BRIGHTNESS) == 20
+    assert monitors[4].value(mccs.POWER_MODE) == 0x04, "no Display power: the claim's"
 
 
 def test_a_claims_mode_outlives_the_pod_and_leaves_the_displays_alone(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ Buses: a connector's sysfs `ddc` link (or DP AUX child) names its bus; a deliver
 that no connector names is matched by reading the EDID at 0x50 and comparing it with the
 connectors' sysfs EDIDs. Capabilities are probed in threads, each bounded in time, so a silent
 monitor never delays the slice. `apply_settings` sets a claim's brightness, contrast, input and
-power and reads each back; `ClaimDdc` is part 1's `DdcHook` (`plan`, then `apply`).
+power and reads each back; `ClaimDdc` is part 1's `DdcHook` (`plan`, then `apply`) and the
+power step of a Display's `spec.power` (`set_power`, `draplugin.driver.power`).
 
 One `DdcClient` per bus, used under that bus's lock: the client tracks the quiet time a display
 needs between commands, and a prepare and a background probe may reach the same bus.
@@ -24,8 +25,10 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from draplugin.driver.claimconfig import ClaimConfigError, DdcPlan, DisplayConfig, Power
+from draplugin.driver.power import DDC_VALUES, DdcPower
 from draplugin.node.displays import DdcState
 from draplugin.node.displays import Power as StatusPower
+from libdisplay.display import DisplayPower
 from libdisplay.hardware import mccs
 from libdisplay.hardware.ddc import (
     DdcClient,
@@ -236,10 +239,13 @@ class ClaimDdc:
     (`plan`, no I/O) and applies them once the claim is checkpointed (`apply`)."""
 
     def __init__(self, access: Buses, *, buses: Callable[[], Mapping[str, int]],
-                 on_applied: Callable[[str, DisplayConfig], None] | None = None) -> None:
+                 on_applied: Callable[[str, DisplayConfig], None] | None = None,
+                 states: Callable[[], Mapping[str, DdcState]] | None = None) -> None:
         self._access = access
         self._buses = buses
         self._on_applied = on_applied
+        # What the probes found per device: whether the monitor answers, its capabilities.
+        self._states = states or dict
 
     def plan(self, connector: Connector, config: DisplayConfig) -> DdcPlan | None:
         """The settings to apply, or None when the config states none; ClaimConfigError (the
@@ -270,6 +276,49 @@ class ClaimDdc:
             raise DdcApplyError(f"{plan.connector}: cannot open i2c-{plan.bus}: {err}") from err
         if self._on_applied is not None:
             self._on_applied(plan.device, config)
+
+
+    def set_power(self, device: str, state: DisplayPower) -> DdcPower:
+        """A Display's power on its monitor's VCP 0xD6, set and read back (not written when
+        it reads so already). `none` where the monitor does not speak DDC/CI (no bus, no
+        answer to the probe) or its capabilities list the power feature without this value;
+        `failed` with the error where it should have worked."""
+        bus = self._buses().get(device)
+        found = self._states().get(device)
+        if bus is None or found is None or not found.supported:
+            why = ("no i2c bus is known for it" if bus is None
+                   else "its DDC/CI has not been probed yet" if found is None
+                   else "it does not answer DDC/CI")
+            return DdcPower("none", f"the monitor: {why}")
+        value = DDC_VALUES[state]
+        if found.capabilities is not None:
+            feature = mccs.parse_capabilities(found.capabilities).feature(mccs.POWER_MODE)
+            if feature is None:
+                return DdcPower("none", "the monitor lists no power feature (VCP 0xD6)")
+            if feature.allowed and value not in feature.allowed:
+                listed = " ".join(f"{v:02X}" for v in feature.allowed)
+                return DdcPower("none", f"the monitor's power feature has no {state} "
+                                        f"(0x{value:02X}; it lists {listed})")
+
+        def set_and_read(client: DdcClient) -> int:
+            if _read(client, "power", mccs.POWER_MODE).current & 0xFF == value:
+                return value
+            return _set(client, "power", mccs.POWER_MODE, value)
+
+        try:
+            self._access.run(bus, set_and_read)
+        except DdcSettingError as err:
+            return DdcPower("failed", f"VCP 0xD6 {err.args[0].partition(': ')[2]}")
+        except (DdcError, OSError) as err:
+            return DdcPower("failed", f"cannot open i2c-{bus}: {err}")
+        if self._on_applied is not None:
+            self._on_applied(device, DisplayConfig(power=_CLAIM_POWER[state]))
+        return DdcPower("applied", f"VCP 0xD6 reads 0x{value:02X}")
+
+
+# A Display's state in the claim's words, for the observed DDC/CI state.
+_CLAIM_POWER: Final[Mapping[DisplayPower, Power]] = {"On": "on", "Standby": "standby",
+                                                     "Off": "off"}
 
 
 def applied(state: DdcState, config: DisplayConfig) -> DdcState:

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from draplugin.driver.claimconfig import ClaimConfigError, DisplayConfig
+from draplugin.driver.power import DdcPower
 from draplugin.node import ddcmap
+from draplugin.node.displays import DdcState
 from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient, LinuxI2c, Transport, TransportError
 from libdisplay.hardware.ddc_socket import MonitorServer, SocketI2c
@@ -220,3 +222,48 @@ def test_a_claim_sets_a_monitor_served_on_the_dev_roots_socket(tmp_path: Path) -
         assert plan is not None
         hook.apply(plan)
     assert monitor.value(mccs.BRIGHTNESS) == 40
+
+
+# --- a Display's power (draplugin.driver.power) ----------------------------------------
+
+
+def _power_hook(monitor: SimulatedMonitor, clock: FakeClock, *, caps: str | None = CAPS,
+                supported: bool = True) -> ddcmap.ClaimDdc:
+    state = DdcState(supported=supported, capabilities=caps)
+    return ddcmap.ClaimDdc(_access({3: monitor}, clock), buses=lambda: {"card0-hdmi-a-1": 3},
+                           states=lambda: {"card0-hdmi-a-1": state})
+
+
+def test_display_power_is_set_and_read_back_on_vcp_d6() -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(capabilities=CAPS, clock=clock, values={
+        mccs.POWER_MODE: Feature(0x01, 0x05, allowed=(0x01, 0x04))})
+    hook = _power_hook(monitor, clock)
+    assert hook.set_power("card0-hdmi-a-1", "Off") == DdcPower("applied", "VCP 0xD6 reads 0x04")
+    assert monitor.value(mccs.POWER_MODE) == 0x04
+    assert hook.set_power("card0-hdmi-a-1", "On").result == "applied"
+    assert monitor.value(mccs.POWER_MODE) == 0x01
+
+
+def test_display_power_without_ddc_or_without_the_value_is_none_and_says_why() -> None:
+    clock = FakeClock()
+    monitor = SimulatedMonitor(capabilities=CAPS, clock=clock)
+    silent = _power_hook(monitor, clock, supported=False).set_power("card0-hdmi-a-1", "Off")
+    assert silent == DdcPower("none", "the monitor: it does not answer DDC/CI")
+    # CAPS lists D6(01 04): no standby (02).
+    standby = _power_hook(monitor, clock).set_power("card0-hdmi-a-1", "Standby")
+    assert standby == DdcPower(
+        "none", "the monitor's power feature has no Standby (0x02; it lists 01 04)")
+    unknown = ddcmap.ClaimDdc(_access({}, clock), buses=dict).set_power("card0-dp-1", "Off")
+    assert unknown == DdcPower("none", "the monitor: no i2c bus is known for it")
+    assert monitor.value(mccs.POWER_MODE) == 0x01  # nothing was written
+
+
+def test_display_power_a_monitor_that_does_not_take_it_fails_naming_the_feature() -> None:
+    clock = FakeClock()
+    # It lists D6(01 04) but refuses 04: the read back says so.
+    monitor = SimulatedMonitor(capabilities=CAPS, clock=clock, values={
+        mccs.POWER_MODE: Feature(0x01, 0x05, allowed=(0x01,))})
+    done = _power_hook(monitor, clock).set_power("card0-hdmi-a-1", "Off")
+    assert done.result == "failed" and done.detail.startswith("VCP 0xD6 ")
+    assert monitor.value(mccs.POWER_MODE) == 0x01

@@ -21,6 +21,12 @@ went. The operator reports each outcome, once it has acted on a generation:
     SpecOutcome.apply_failed(field, text)             False  ApplyFailed
     SpecOutcome.restart_pending(detail)               Unknown RestartPending
     SpecOutcome.compositor_unavailable(detail)        Unknown CompositorUnavailable
+    SpecOutcome.power_not_applied(text)               False  PowerNotApplied
+    SpecOutcome.power_partly_applied(text)            False  PowerPartlyApplied
+
+Where the Display manages its output's power (`spec.power`, `draplugin.driver.power`) the
+report also carries `status.power` (state, appliedBy, kms, ddc, source), and each outcome's
+message ends with how the power was applied.
 
 `reconcile` (the observed fields) keeps both as they are, so a Display's spec outcome only
 changes when the operator reports one.
@@ -159,13 +165,32 @@ class SpecOutcome:
             raise SpecOutcomeError(err.field, str(err).partition(": ")[2]) from err
 
     @classmethod
-    def applied(cls, *, mode: str, transform: str, scale: int) -> SpecOutcome:
-        """The compositor runs the output as spec asks (what it reports, not what was asked)."""
+    def applied(cls, *, mode: str, transform: str, scale: int, power: str = "") -> SpecOutcome:
+        """The compositor runs the output as spec asks (what it reports, not what was asked);
+        `power` says how its power was applied, when the Display manages it."""
         return cls("True", "Applied",
-                   f"the output runs at {mode}, transform {transform}, scale {scale}")
+                   f"the output runs at {mode}, transform {transform}, scale {scale}"
+                   + (f"; {power}" if power else ""))
 
     @classmethod
-    def held_by_claim(cls, claim: ClaimRef) -> SpecOutcome:
+    def power_not_applied(cls, text: str) -> SpecOutcome:
+        """Neither KMS nor DDC/CI could apply the power; `text` says why for each."""
+        return cls("False", "PowerNotApplied", text)
+
+    @classmethod
+    def power_partly_applied(cls, text: str) -> SpecOutcome:
+        """One step applied the power and the other failed: `text` says which did what."""
+        return cls("False", "PowerPartlyApplied", text)
+
+    @classmethod
+    def held_by_claim(cls, claim: ClaimRef, *, power: str = "") -> SpecOutcome:
+        """A claim sets the output's mode, transform and scale; `power`, which the Display
+        sets whoever holds the output, says how it was applied."""
+        if power:
+            return cls("False", "HeldByClaim",
+                       f"claim {claim.namespace}/{claim.name} holds the output and sets its "
+                       f"mode; spec.mode, transform and scale apply when the claim is released; "
+                       f"{power}")
         return cls("False", "HeldByClaim",
                    f"claim {claim.namespace}/{claim.name} holds the output and sets it; spec "
                    "applies when the claim is released")
@@ -398,9 +423,10 @@ class Displays:
             connected_condition(connector.connected,
                                 previous=old_status.get("conditions") or [],
                                 generation=generation))
-        # Only a spec report says the spec was acted on.
-        if "observedGeneration" in old_status:
-            new_status["observedGeneration"] = old_status["observedGeneration"]
+        # Only a spec report says the spec was acted on, and how its power was applied.
+        for reported in ("observedGeneration", "power"):
+            if reported in old_status:
+                new_status[reported] = old_status[reported]
         patch = merge_patch(old_status, new_status)
         if patch:
             await self._write_status(name, stored, patch)
@@ -409,17 +435,19 @@ class Displays:
             return "created"
         return "updated" if patch else "unchanged"
 
-    async def report_spec(self, name: str, generation: int, outcome: SpecOutcome) -> SpecResult:
+    async def report_spec(self, name: str, generation: int, outcome: SpecOutcome, *,
+                          power: JsonObject | None = None) -> SpecResult:
         """Record that the operator acted on generation `generation` of Display `name`'s spec,
-        with `outcome`: `status.observedGeneration` and the SpecApplied condition, written
-        only when they change. A report older than what the Display shows is dropped
+        with `outcome`: `status.observedGeneration` and the SpecApplied condition (and
+        `status.power`, how the output's power was applied, when given), written only when
+        they change. A report older than what the Display shows is dropped
         (`stale`). SpecOutcomeError for a generation below 1; DisplayWriteError when the API
         keeps refusing (the message names the Display)."""
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
             raise SpecOutcomeError("generation", f"must be an integer from 1, got {generation!r}")
         try:
             return await with_retries(
-                lambda: self._report_spec(name, generation, outcome),
+                lambda: self._report_spec(name, generation, outcome, power),
                 what=f"Display {name}", backoff=self._backoff,
                 on_error=lambda code: self._count_error(name, code),
                 on_retry=lambda: self._on_retry("display-spec"),
@@ -428,8 +456,8 @@ class Displays:
         except RetryError as err:
             raise DisplayWriteError(str(err)) from err
 
-    async def _report_spec(self, name: str, generation: int,
-                           outcome: SpecOutcome) -> SpecResult:
+    async def _report_spec(self, name: str, generation: int, outcome: SpecOutcome,
+                           power: JsonObject | None = None) -> SpecResult:
         stored = await self._read(name)
         if stored is None:
             log.info("Display %s is gone: its spec outcome is not recorded", name)
@@ -449,6 +477,8 @@ class Displays:
                 previous, spec_applied_condition(outcome, previous=previous,
                                                  generation=generation)),
         }
+        if power is not None:
+            wanted["power"] = power
         patch = merge_patch({k: old_status[k] for k in wanted if k in old_status}, wanted)
         if not patch:
             return "unchanged"

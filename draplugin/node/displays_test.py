@@ -240,6 +240,29 @@ def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
     assert [c["type"] for c in status["conditions"]] == ["Connected", "SpecApplied"]
 
 
+def test_a_spec_report_with_power_writes_it_and_observing_keeps_it(
+    fake: FakeKube, tmp_path: Path
+) -> None:
+    cards = _machine(tmp_path)
+    fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
+                 "metadata": {"name": HDMI}, "spec": {"power": "Off"}})
+    power = {"state": "Off", "appliedBy": ["KMS"], "source": "Display", "kms": "Applied",
+             "ddc": "Unsupported"}
+    outcome = displays.SpecOutcome.applied(mode="1920x1080@60", transform="normal", scale=1,
+                                           power="power Off through KMS")
+
+    async def scenario(client: AsyncClient) -> None:
+        publisher = displays.Displays(client, node=NODE, backoff=FAST)
+        await publisher.reconcile(cards)
+        await publisher.report_spec(HDMI, 1, outcome, power=power)
+        await publisher.reconcile(cards)  # the observed fields leave the power as reported
+
+    _run(fake, scenario)
+    status = _get(fake, HDMI)["status"]
+    assert status["power"] == power
+    assert _spec_applied(status)["message"].endswith("; power Off through KMS")
+
+
 def test_last_transition_time_moves_only_when_the_status_does(fake: FakeKube,
                                                                tmp_path: Path) -> None:
     cards = _machine(tmp_path)

@@ -16,7 +16,7 @@ import logging
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -56,6 +56,8 @@ _OUTPUT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 HEALTH_PATH = "/healthz"
 Health = Callable[[], tuple[bool, str]]
 """(alive, why): the liveness verdict `/healthz` answers."""
+POWER_STATES: tuple[str, ...] = ("On", "Off", "Standby")
+"""A Display's `spec.power` values (libdisplay.display.POWER_STATES), the label's values."""
 PREPARE_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -162,6 +164,11 @@ class Metrics:
             "display_output_reconfigures", "Changes to an output's configuration, by result: "
             "live, fallback (by a compositor restart), failed.", ["output", "result"],
             registry=r)
+        self.outputs_by_power = Gauge(
+            "display_outputs_by_power_state", "Connected outputs with a Display, by the power "
+            "state the operator applied (On where none took effect).", ["state"], registry=r)
+        for state in POWER_STATES:
+            self.outputs_by_power.labels(state=state)
         self._restarts = _Restarts()
         r.register(self._restarts)
         self._outputs_lock = threading.Lock()
@@ -203,6 +210,17 @@ class Metrics:
                 self.output_info.remove(output, *old)
             self.output_info.labels(output, *info).set(1)
             self._output_info[output] = info
+
+    def set_power_states(self, states: Iterable[str]) -> None:
+        """The connected outputs' power states, one per output (every label set, so a state
+        no output has reads 0). Checked before anything changes."""
+        counted = dict.fromkeys(POWER_STATES, 0)
+        for state in states:
+            if state not in counted:
+                raise BadLabelError("state", state, ", ".join(POWER_STATES))
+            counted[state] += 1
+        for state, count in counted.items():
+            self.outputs_by_power.labels(state=state).set(count)
 
     def set_output_connected(self, output: str, connected: bool) -> None:
         """Whether a monitor is on `output`, as sysfs says, for a connector weston may no longer

@@ -140,6 +140,24 @@ def test_every_restart_reason_and_prepare_error_is_exported_at_zero() -> None:
         assert f'display_prepare_errors_total{{reason="{reason}"}} 0.0' in text
 
 
+def test_outputs_are_counted_by_power_state_every_state_exported() -> None:
+    m = metrics.Metrics()
+    m.set_power_states(["On", "Off", "Off"])
+    text = m.exposition().decode()
+    assert 'display_outputs_by_power_state{state="Off"} 2.0' in text
+    assert 'display_outputs_by_power_state{state="On"} 1.0' in text
+    assert 'display_outputs_by_power_state{state="Standby"} 0.0' in text
+    with pytest.raises(metrics.BadLabelError, match="state 'off'"):
+        m.set_power_states(["off"])
+    assert 'display_outputs_by_power_state{state="Off"} 2.0' in m.exposition().decode()
+
+
+def test_power_states_are_the_displays() -> None:
+    from libdisplay.display import POWER_STATES
+
+    assert metrics.POWER_STATES == POWER_STATES
+
+
 def test_prepare_error_reasons_are_the_drivers() -> None:
     from draplugin.driver import state
 

@@ -133,7 +133,8 @@ class NodeRuntime:
     def ddc_hook(self) -> ddcmap.ClaimDdc:
         """Part 1's DdcHook, sharing this runtime's buses and bus map."""
         return ddcmap.ClaimDdc(self.buses, buses=lambda: self._bus_map,
-                               on_applied=self._ddc_applied_from_thread)
+                               on_applied=self._ddc_applied_from_thread,
+                               states=lambda: dict(self._observed.ddc))
 
     def _ddc_applied_from_thread(self, device: str, config: DisplayConfig) -> None:
         # Prepares run on gRPC threads; the observed state belongs to the event loop.
@@ -373,6 +374,9 @@ class NodeRuntime:
         self._observed.ddc.update(found)
         if found and self.hotplug is not None:
             await self._publish(self.hotplug.cards)
+        if any(state.supported for state in found.values()):
+            # A Display's power waits for its monitor's probe to reach DDC/CI: derive again.
+            self._connectors_due.set()
 
     def _on_availability(self, now: watchdog.Availability) -> None:
         self.metrics.compositor_up.set(1 if now.available else 0)

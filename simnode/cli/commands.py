@@ -245,16 +245,19 @@ def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -
     print(f"wrote {path} ({with_name})", file=out, flush=True)
 
 
-def display(layout: Layout, device: str, *, mode: str, out: TextIO) -> None:
-    """A person sets the monitor's start mode: `spec.mode` of its Display (as `alice` on a
-    pod-runner node, whom simnode's RBAC lets edit Displays)."""
+def display(layout: Layout, device: str, *, mode: str | None = None, power: str | None = None,
+            out: TextIO) -> None:
+    """A person sets the monitor's start mode (`spec.mode`) and/or its power (`spec.power`) on
+    its Display (as `alice` on a pod-runner node, whom simnode's RBAC lets edit Displays)."""
     state = load(layout)
     monitor = card.find(card.monitors(state.monitors), device)
     name = f"{state.node_name}.{monitor.device}"
-    actor(layout, state, "alice").patch(DISPLAYS, name, {"spec": {"mode": mode}})
-    print(f"Display {name}: spec.mode={mode} (applied now where no claim holds the output; "
-          "its SpecApplied condition says how it went: kubectl get displays)",
-          file=out, flush=True)
+    spec = {k: v for k, v in (("mode", mode), ("power", power)) if v is not None}
+    actor(layout, state, "alice").patch(DISPLAYS, name, {"spec": spec})
+    said = " ".join(f"spec.{k}={v}" for k, v in spec.items())
+    print(f"Display {name}: {said} (a mode applies now where no claim holds the output, a "
+          "power whoever holds it; its SpecApplied condition and status.power say how it "
+          "went: kubectl get displays)", file=out, flush=True)
 
 
 ROLL_TIMEOUT_S: Final = 180.0

@@ -285,13 +285,16 @@ def short_path(layout: Layout, directory: Path) -> Path:
     return link
 
 
-def display(layout: Layout, device: str, *, mode: str, out: TextIO) -> None:
+def display(layout: Layout, device: str, *, mode: str | None = None, power: str | None = None,
+            out: TextIO) -> None:
     state = load(layout)
     monitor = card.find(card.monitors(state.monitors), device)
     name = f"{state.node_name}.{monitor.device}"
-    api(state).patch(DISPLAYS, name, {"spec": {"mode": mode}})
-    print(f"Display {name}: spec.mode={mode} (its SpecApplied condition says how it went:"
-          " kubectl get displays)", file=out, flush=True)
+    spec = {k: v for k, v in (("mode", mode), ("power", power)) if v is not None}
+    api(state).patch(DISPLAYS, name, {"spec": spec})
+    said = " ".join(f"spec.{k}={v}" for k, v in spec.items())
+    print(f"Display {name}: {said} (its SpecApplied condition and status.power say how it"
+          " went: kubectl get displays)", file=out, flush=True)
 
 
 # --- the pod's roll ----------------------------------------------------------------------

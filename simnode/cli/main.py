@@ -109,9 +109,13 @@ def _node_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
               help="Also run Prometheus (Debian's) on 127.0.0.1:9090, scraping the node's"
                    " ports every 5 s with the alerts of deploy/overlays/monitoring: see"
                    " http://127.0.0.1:9090/classic/alerts while `simnode hang` runs.")
+@click.option("--no-ddc", "no_ddc", multiple=True, metavar="DEVICE",
+              help="A monitor whose DDC/CI does not answer (switched off in its menu, a TV):"
+                   " its EDID reads, 0x37 acknowledges nothing. Repeatable; a device name"
+                   " (card0-dp-2).")
 def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
                kubeconfig: Path | None, context: str | None, node_name: str,
-               images: bool, cluster: str, prometheus: bool) -> None:
+               images: bool, cluster: str, prometheus: bool, no_ddc: tuple[str, ...]) -> None:
     """Start the node and run until Ctrl-C or SIGTERM, then stop everything it started.
 
     The node's Node object is labelled display.liken.sh/simulated=true and tainted
@@ -124,7 +128,15 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
     if images and kubeconfig is not None:
         raise click.BadParameter("--images runs the embedded cluster's pod; not with"
                                  " --kubeconfig", param_hint="--images")
-    if cluster == "local" and (kubeconfig is not None or images or prometheus):
+    from simnode.node import card  # the simulated card, only for `up`
+
+    chosen = {m.device for m in card.monitors(monitors)}
+    unknown = sorted(set(no_ddc) - chosen)
+    if unknown:
+        raise click.BadParameter(f"no such device on a card of {monitors}: "
+                                 f"{', '.join(unknown)} (devices: {', '.join(sorted(chosen))})",
+                                 param_hint="--no-ddc")
+    if cluster == "local" and (kubeconfig is not None or images or prometheus or no_ddc):
         raise click.BadParameter("--cluster local runs its own cluster from the images;"
                                  " not with --kubeconfig, --images or --prometheus",
                                  param_hint="--cluster")
@@ -133,7 +145,7 @@ def up_command(state_dir: Path, monitors: int, dist: Path | None, clean: bool,
     options = up.Options(layout=_layout(state_dir), dist=dist or checkout.default_dist(),
                          monitors=monitors, clean=clean, node_name=node_name,
                          kubeconfig=kubeconfig, context=context, images=images,
-                         prometheus=prometheus)
+                         prometheus=prometheus, without_ddc=tuple(no_ddc))
     if cluster == "local":
         from simnode.cli import up_local
 
@@ -220,10 +232,15 @@ def shoot_command(state_dir: Path, output: str, file: Path, dist: Path | None) -
 @cli.command("display")
 @state_dir_option
 @click.argument("device")
-@click.option("--mode", required=True, help="The start mode (1280x720@60, or preferred).")
-def display_command(state_dir: Path, device: str, mode: str) -> None:
-    """Set DEVICE's Display spec.mode, as a person does (the start mode weston takes)."""
-    _commands(state_dir).display(_layout(state_dir), device, mode=mode, out=sys.stdout)
+@click.option("--mode", default=None, help="The start mode (1280x720@60, or preferred).")
+@click.option("--power", type=click.Choice(["On", "Off", "Standby"]), default=None,
+              help="The output's power (spec.power), applied live through KMS and DDC/CI.")
+def display_command(state_dir: Path, device: str, mode: str | None, power: str | None) -> None:
+    """Set DEVICE's Display spec.mode and/or spec.power, as a person does."""
+    if mode is None and power is None:
+        raise click.UsageError("give --mode, --power or both")
+    _commands(state_dir).display(_layout(state_dir), device, mode=mode, power=power,
+                                 out=sys.stdout)
 
 
 @cli.command("roll")

@@ -69,7 +69,15 @@ def display_lines(objects: Objects, node: str) -> list[str]:
         )
         lines.append(f"    spec: {_spec_summary(obj)}")
         lines.append(f"    ddc: {_ddc_summary(status.get('ddc'))}")
+        if isinstance(status.get("power"), dict):
+            lines.append(f"    power: {_power_summary(status['power'])}")
     return lines or ["  (none)"]
+
+
+def _power_summary(power: JsonObject) -> str:
+    """`Off by KMS, DDC/CI (kms=Applied ddc=Applied)`: how the operator applied spec.power."""
+    by = ", ".join(power.get("appliedBy") or ()) or "nothing"
+    return f"{power.get('state')} by {by} (kms={power.get('kms')} ddc={power.get('ddc')})"
 
 
 def _spec_summary(obj: JsonObject) -> str:

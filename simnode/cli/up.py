@@ -68,6 +68,7 @@ class Options:
     context: str | None = None
     images: bool = False  # containers from the built images (podman), not the PEXes
     prometheus: bool = False  # Prometheus with the shipped alerts (simnode.cluster.prometheus)
+    without_ddc: tuple[str, ...] = ()  # devices whose monitor's DDC/CI does not answer
 
 
 class StartInterruptedError(UpError):
@@ -178,7 +179,7 @@ def run(options: Options, out: TextIO) -> None:
     config = NodeConfig(state=layout.root, repo=repo, dist=options.dist.resolve(),
                         manifests=render(repo), trixie_root=trixie_root(repo),
                         node_name=options.node_name, monitors=options.monitors,
-                        images=options.images)
+                        images=options.images, without_ddc=options.without_ddc)
     node = PodNode(config, cluster=cluster)
     roll = threading.Event()
     previous = signal.signal(signal.SIGUSR1, lambda *_: roll.set())

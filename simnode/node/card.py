@@ -18,7 +18,7 @@ from typing import Final
 from libdisplay.hardware import mccs
 from libdisplay.hardware.modes import Mode
 from libdisplay.sim import sysfs as sysfs_tree
-from libdisplay.sim.ddc import Feature, SimulatedMonitor
+from libdisplay.sim.ddc import Faults, Feature, SimulatedMonitor
 from libdisplay.sim.edid import EdidParams, build_edid
 
 CARD = "card0"
@@ -91,15 +91,21 @@ class Monitor:
         return CAPABILITIES.format(model=self.name.replace(" ", ""),
                                    inputs=" ".join(f"{i:02X}" for i in sorted(inputs)))
 
-    def ddc(self, *, clock: Callable[[], float] = time.monotonic) -> SimulatedMonitor:
-        """The display side of this monitor's DDC/CI, set to the input it is plugged into."""
+    def ddc(self, *, clock: Callable[[], float] = time.monotonic,
+            answers: bool = True) -> SimulatedMonitor:
+        """The display side of this monitor's DDC/CI, set to the input it is plugged into.
+        `answers=False`: a monitor whose DDC/CI is off (in its menu, or a TV's): its EDID
+        still reads at 0x50, nothing acknowledges 0x37."""
         inputs = INPUTS[self.type]
-        return SimulatedMonitor(capabilities=self.capabilities(), edid=self.edid(), clock=clock,
-                                values={
+        monitor = SimulatedMonitor(capabilities=self.capabilities(), edid=self.edid(),
+                                   clock=clock, values={
             mccs.BRIGHTNESS: Feature(BRIGHTNESS, 100),
             mccs.CONTRAST: Feature(CONTRAST, 100),
             mccs.INPUT_SOURCE: Feature(inputs[0], max(inputs), allowed=inputs),
         })
+        if not answers:
+            monitor.faults = Faults(silent="nack")
+        return monitor
 
 
 FIRST_MONITORS = (

@@ -5,7 +5,7 @@ connector's `dev/i2c-N`, silent while the connector's sysfs `status` says it is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from libdisplay.hardware.ddc_socket import MonitorServer, SocketBusError
@@ -23,15 +23,18 @@ def plugged_in(status: Path) -> Callable[[], bool]:
     return present
 
 
-def serve_monitors(root: Path, chosen: tuple[card.Monitor, ...]) -> dict[str, MonitorServer]:
+def serve_monitors(root: Path, chosen: tuple[card.Monitor, ...], *,
+                   without_ddc: Collection[str] = ()) -> dict[str, MonitorServer]:
     """Each monitor's DDC/CI served on a socket at its connector's `<root>/dev/i2c-N`, by
     device name, answering only while the connector says the monitor is plugged in (as
-    `simnode hotplug` sets it); when one cannot be served, those already started are stopped."""
+    `simnode hotplug` sets it); the devices in `without_ddc` are monitors whose DDC/CI does
+    not answer (their EDID does). When one cannot be served, those already started are
+    stopped."""
     servers: dict[str, MonitorServer] = {}
     try:
         for monitor in chosen:
             server = servers[monitor.device] = MonitorServer(
-                monitor.i2c_node(root), monitor.ddc(),
+                monitor.i2c_node(root), monitor.ddc(answers=monitor.device not in without_ddc),
                 present=plugged_in(monitor.status_file(root)))
             server.start()
     except SocketBusError as exc:

@@ -75,6 +75,8 @@ class NodeConfig:
     start_timeout_s: float = START_TIMEOUT_S
     images: bool = False
     """Run each container from its built image with podman (simnode.kubelet.podman)."""
+    without_ddc: tuple[str, ...] = ()
+    """Devices whose monitor's DDC/CI does not answer (`up --no-ddc`)."""
 
     @property
     def host(self) -> Path:
@@ -217,7 +219,8 @@ class PodNode:
         self.node_object = NodeObject(self.cluster.kubelet, config.node_name)
         self.node_object.publish()
         card.write_card(config.host, self.monitors)
-        self.servers = serve_monitors(config.host, self.monitors)
+        self.servers = serve_monitors(config.host, self.monitors,
+                                      without_ddc=config.without_ddc)
         self._build_layout()
         self._start_xvfb()
         self.devices = card_cdi.edits(config.host, self.monitors, display=self.display)

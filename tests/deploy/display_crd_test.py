@@ -24,7 +24,7 @@ OBSERVED: Doc = {
     "apiVersion": "display.liken.sh/v1alpha1",
     "kind": "Display",
     "metadata": {"name": "lobby.card0-hdmi-a-1"},
-    "spec": {"mode": "1920x1080@60", "transform": "normal", "scale": 1},
+    "spec": {"mode": "1920x1080@60", "transform": "normal", "scale": 1, "power": "Off"},
     "status": {
         "observedGeneration": 3,
         "nodeName": "lobby",
@@ -54,6 +54,8 @@ OBSERVED: Doc = {
             "power": "on",
         },
         "claim": {"namespace": "signage", "name": "lobby-screen", "uid": "0b6c0f0e-1"},
+        "power": {"state": "Off", "appliedBy": ["KMS", "DDC/CI"], "source": "Display",
+                  "kms": "Applied", "ddc": "Applied"},
         "conditions": [
             {
                 "type": "Ready",
@@ -120,6 +122,9 @@ REFUSED = {
     "product code over 16 bits": ("status.edid.productCode", 70000),
     "brightness over 100": ("status.ddc.brightness", 101),
     "power unknown": ("status.ddc.power", "sleep"),
+    "spec power in the claim's words": ("spec.power", "off"),
+    "spec power suspend": ("spec.power", "Suspend"),
+    "status power by an unknown step": ("status.power.appliedBy", ["CEC"]),
     "offered mode preferred": ("status.modes", ["preferred"]),
     "condition status yes": ("status.conditions", [{**OBSERVED["status"]["conditions"][0],
                                                     "status": "Yes"}]),
@@ -172,3 +177,11 @@ def test_kubectl_shows_whether_spec_took_effect_and_why(tmp_path: Path) -> None:
     assert (table["Spec-Applied"], table["Reason"]) == ("False", "ModeNotOffered")
     assert (table["Mode"], table["Monitor"], table["Claim"]) == (
         "1920x1080@60", "DELL U2720Q", "lobby-screen")
+    assert table["Power"] == "Off"
+
+
+def test_spec_power_is_the_values_libdisplay_reads() -> None:
+    """The CRD's enum and the operator's strict reading of `spec.power` are one list."""
+    from libdisplay.display import POWER_STATES
+
+    assert tuple(_schema()["properties"]["spec"]["properties"]["power"]["enum"]) == POWER_STATES

@@ -144,12 +144,19 @@ def test_consumers_reach_monitors_only_through_the_operators_class() -> None:
 
 # --- Runnable as shipped ---------------------------------------------------------------------
 
-POD_KINDS = {"Pod", "Deployment", "Job", "DaemonSet", "StatefulSet"}
+POD_KINDS = {"Pod", "Deployment", "Job", "DaemonSet", "StatefulSet", "CronJob"}
+
+
+def _template_spec(doc: Doc) -> Doc:
+    if doc["kind"] == "Pod":
+        return dict(doc["spec"])
+    if doc["kind"] == "CronJob":
+        return dict(doc["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+    return dict(doc["spec"]["template"]["spec"])
 
 
 def _pod_specs() -> list[tuple[str, Doc]]:
-    return [(f"{d['kind']}/{d['metadata']['name']}",
-             d["spec"] if d["kind"] == "Pod" else d["spec"]["template"]["spec"])
+    return [(f"{d['kind']}/{d['metadata']['name']}", _template_spec(d))
             for d in render("examples") if d["kind"] in POD_KINDS]
 
 
@@ -166,6 +173,55 @@ def test_examples_run_only_images_the_project_ships() -> None:
     used = {(where, split_image(c["image"])[0]) for where, spec in _pod_specs()
             for c in [*spec.get("initContainers", []), *spec["containers"]]}
     assert {(where, image) for where, image in used if image not in shipped} == set()
+
+
+# --- The power schedule --------------------------------------------------------------------
+
+SCHEDULE = "display-power-schedule.yaml"
+
+
+def _schedule() -> list[Doc]:
+    return [d for d in yaml.safe_load_all((DEPLOY / "examples" / SCHEDULE).read_text()) if d]
+
+
+def test_power_schedule_rbac_is_the_two_verbs_the_job_uses_on_displays() -> None:
+    """Minimal: one ClusterRole (Displays are cluster-scoped, so no Role could grant them)
+    with list and patch on displays alone, bound to the jobs' ServiceAccount alone; no Role,
+    no other binding. tests/schedule_test.py shows each verb is needed."""
+    docs = _schedule()
+    rbac = [d for d in docs if d["apiVersion"].startswith("rbac.authorization.k8s.io/")]
+    assert sorted(d["kind"] for d in rbac) == ["ClusterRole", "ClusterRoleBinding"]
+    (role,) = (d for d in rbac if d["kind"] == "ClusterRole")
+    assert role["rules"] == [{"apiGroups": ["display.liken.sh"], "resources": ["displays"],
+                              "verbs": ["list", "patch"]}]
+    (binding,) = (d for d in rbac if d["kind"] == "ClusterRoleBinding")
+    (account,) = (d for d in docs if d["kind"] == "ServiceAccount")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [
+        ("ServiceAccount", account["metadata"]["name"])]
+    jobs = [d for d in docs if d["kind"] == "CronJob"]
+    assert {_template_spec(j)["serviceAccountName"] for j in jobs} == {
+        account["metadata"]["name"]}
+
+
+def test_power_schedule_switches_off_at_night_and_on_in_the_morning_by_one_selector() -> None:
+    """The two jobs' commands are the operator's `power` subcommand with a selector it
+    parses, Off in the evening and On in the morning."""
+    from draplugin import schedule
+    from draplugin.main import cli
+
+    found = {}
+    for job in (d for d in _schedule() if d["kind"] == "CronJob"):
+        (container,) = _template_spec(job)["containers"]
+        args = container["args"]
+        assert args[0] == "power"
+        sub = cli.commands["power"].make_context("power", list(args[1:]))
+        schedule.parse_selector(sub.params["selector"])
+        hour = int(job["spec"]["schedule"].split()[1])
+        found[sub.params["state"]] = (hour, sub.params["selector"])
+    assert set(found) == {"Off", "On"}
+    assert found["Off"][0] > found["On"][0] and found["Off"][1] == found["On"][1]
 
 
 def test_every_claim_and_volume_claim_an_example_names_is_defined() -> None:

@@ -52,6 +52,7 @@ NAMESPACED = {
     "Deployment",
     "Pod",
     "Job",
+    "CronJob",
     "NetworkPolicy",
     "ConfigMap",
     "PodMonitor",

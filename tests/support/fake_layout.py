@@ -39,6 +39,7 @@ class FakeModule:
 
     outputs: dict[str, str]
     refuse: str | None = None  # an `ERR ...` line CONFIGURE answers with
+    refuse_power: str | None = None  # an `ERR ...` line a CONFIGURE with power=off answers
     requests: list[str] = field(default_factory=list)
     probes: bool = False  # PROBE answers (a DRM backend) rather than being unknown
 
@@ -54,6 +55,8 @@ class FakeModule:
             if self.refuse is not None:
                 return [self.refuse]
             name, fields = words[1], dict(w.split("=", 1) for w in words[2:])
+            if self.refuse_power is not None and "power" in fields:
+                return [self.refuse_power]
             state = dict(w.split("=", 1) for w in self.outputs[name].split())
             if "mode" in fields:
                 w, _, hz = fields["mode"].partition("@")

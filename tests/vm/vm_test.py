@@ -315,3 +315,36 @@ def test_one_heads_live_mode_change_leaves_the_other_tenants_alone(boot: dict[st
                       for what in ("change", "back", "modeset"))
           + f"; other heads' mean abs diff {diffs}")
     assert all(diff == 0.0 for diff in diffs.values()), diffs
+
+
+def test_display_power_off_darkens_head_1_alone_and_on_brings_its_tenant_back(
+        boot: dict[str, Any]) -> None:
+    """spec.power Off on head 1's Display, with a tenant drawing on each of the three heads:
+    the operator powers the output off through the layout module (KMS: the kernel's atomic
+    state has head 1's CRTC inactive), its scanout is dark, heads 0 and 2 scan out the same
+    pixels, every tenant's connection answers; On lights it with its tenant's picture, and
+    weston is the same process throughout. The VM's monitors have no DDC/CI: KMS alone."""
+    _reached(boot, "unplug")
+    power = boot["power"]
+    assert power["weston_pid_before"] == power["weston_pid_after"] is not None
+    assert power["before"]["sampled_coverage"] >= 0.9
+    assert power["state_before"]["active"] == "1"
+    off = power["status_off"]["power"]
+    assert (off["appliedBy"], off["kms"], off["ddc"]) == (["KMS"], "Applied", "Unsupported")
+    (applied,) = (c for c in power["status_off"]["conditions"] if c["type"] == "SpecApplied")
+    assert (applied["status"], applied["reason"]) == ("True", "Applied"), applied
+    assert (power["state_off"]["active"], power["state_off"]["connector_crtc"]) == ("0", "(null)")
+    assert power["off_dump"]["tenant"] == 0.0 and power["off_dump"]["black"] >= 0.9, \
+        power["off_dump"]
+    for head in (0, 2):
+        before = pixels.read_ppm(_out(boot) / f"live-before-head{head}.ppm")
+        during = pixels.read_ppm(_out(boot) / f"power-off-head{head}.ppm")
+        assert pixels.mean_abs_diff(before, during) == 0.0, head
+    assert all(r["roundtrip"] is True for r in power["roundtrips_off"].values()), \
+        power["roundtrips_off"]
+    assert power["status_on"]["power"]["appliedBy"] == ["KMS"]
+    assert power["on_dump"]["sampled_coverage"] >= 0.9, power["on_dump"]
+    assert power["state_on"]["active"] == "1"
+    assert power["roundtrip_on"]["roundtrip"] is True
+    print(f"head 1 powered off in {power['off_s']} s, lit again in {power['on_s']} s; off: "
+          f"{power['state_off']}, dump {power['off_dump']}")

@@ -729,10 +729,104 @@ def live_reconfigure() -> None:
     found["weston_pid_after"] = weston_pid()
     for head in TENANTS:
         found["tenants"][head]["roundtrip"] = tenant_roundtrip(apps[head], 1)
+    display_power(apps)
     for head in TENANTS:
         stop(apps[head])
         found["tenants"][head]["release"] = release(TENANTS[head][0],
                                                     found["tenants"][head]["claim"]["uid"])
+
+
+# -- a Display's power: head 1 off and on through spec.power, tenants on every head ---------
+
+POWER_DEVICE, POWER_OUTPUT, POWER_HEAD = "card0-virtual-2", "Virtual-2", 1
+POWER_COLOUR = (250, 170, 20)
+DISPLAYS = "/apis/display.liken.sh/v1alpha1/displays"
+
+
+def atomic_state() -> dict[str, dict[str, str]]:
+    """The kernel's atomic state (debugfs), each object's top-level fields by `kind name`
+    (`crtc crtc-1`, `connector Virtual-2`)."""
+    found: dict[str, dict[str, str]] = {}
+    block: dict[str, str] = {}
+    for line in DRM_STATE.read_text(errors="replace").splitlines():
+        if not line.startswith("\t"):
+            kind, _, name = line.partition("]: ")
+            block = found.setdefault(f"{kind.split('[')[0]} {name.strip()}", {})
+        elif "=" in line and not line.startswith("\t\t"):
+            key, _, value = line.strip().partition("=")
+            block[key] = value.split(" ")[0]
+    return found
+
+
+def crtc_state(connector: str, crtc: str | None = None) -> dict[str, Any]:
+    """The CRTC `connector` is on (or `crtc`, the one it was on) as the atomic state has it:
+    its name, enable and active, and which CRTC the connector names now."""
+    state = atomic_state()
+    on = state.get(f"connector {connector}", {}).get("crtc", "(null)")
+    name = crtc or on
+    fields = state.get(f"crtc {name}", {})
+    return {"connector_crtc": on, "crtc": name, "enable": fields.get("enable"),
+            "active": fields.get("active")}
+
+
+def set_power(state: str) -> None:
+    admin().call("PATCH", f"{DISPLAYS}/{NODE}.{POWER_DEVICE}", {"spec": {"power": state}},
+                 content_type="application/merge-patch+json")
+
+
+def power_reported(state: str) -> dict[str, Any] | None:
+    """The Display once the operator reported its generation with `state` applied."""
+    found: dict[str, Any] = api_get(f"{DISPLAYS}/{NODE}.{POWER_DEVICE}")
+    status = found.get("status") or {}
+    if (status.get("observedGeneration") == found["metadata"]["generation"]
+            and (status.get("power") or {}).get("state") == state):
+        return {"power": status["power"], "conditions": status.get("conditions")}
+    return None
+
+
+def display_power(apps: dict[int, str]) -> None:
+    """spec.power Off on head 1 while tenants draw on heads 0, 1 and 2: head 1's CRTC goes
+    inactive and its scanout dark, heads 0 and 2 keep theirs, every tenant keeps its
+    connection; On brings head 1's tenant's picture back; weston is the same process."""
+    step("power: a tenant on head 1")
+    found: dict[str, Any] = {}
+    results["power"] = found
+    answer = claim("vm-tenant-1", POWER_DEVICE)
+    if answer["error"]:
+        raise RuntimeError(f"claim vm-tenant-1 on {POWER_DEVICE}: {answer['error']}")
+    found["claim"] = answer
+    found["shown"] = show_app(answer["uid"], POWER_DEVICE, "tenant1", POWER_COLOUR)
+    found["before"] = dump_showing(POWER_HEAD, "power-before-head1", POWER_COLOUR)
+    found["state_before"] = crtc_state(POWER_OUTPUT)
+    found["weston_pid_before"] = weston_pid()
+    step("power: Off")
+    t0 = time.monotonic()
+    set_power("Off")
+    found["off_s"] = timed("head 1 powered off", lambda: output_power(POWER_OUTPUT) == "off",
+                           t0)
+    found["status_off"] = until(lambda: power_reported("Off"), timeout=WAIT_S,
+                                what="the Display reports power Off")
+    found["state_off"] = crtc_state(POWER_OUTPUT, found["state_before"]["crtc"])
+    dump = ask_host(op="screendump", head=POWER_HEAD, name="power-off-head1")
+    image = pixels.read_ppm(OUT / "power-off-head1.ppm")
+    found["off_dump"] = {**dump, "black": round(pixels.coverage(image, (0, 0, 0), step=97), 4),
+                         "tenant": round(pixels.coverage(image, POWER_COLOUR, step=97), 4)}
+    found["others_off"] = {head: dump_showing(head, f"power-off-head{head}", TENANTS[head][2])
+                           for head in TENANTS}
+    found["roundtrips_off"] = {str(head): tenant_roundtrip(apps[head], 2) for head in TENANTS}
+    found["roundtrips_off"]["1"] = tenant_roundtrip("tenant1", 1)
+    step("power: On")
+    t0 = time.monotonic()
+    set_power("On")
+    found["on_s"] = timed("head 1 lit again", lambda: output_power(POWER_OUTPUT) == "on", t0)
+    found["status_on"] = until(lambda: power_reported("On"), timeout=WAIT_S,
+                               what="the Display reports power On")
+    found["on_dump"] = dump_showing(POWER_HEAD, "power-on-head1", POWER_COLOUR)
+    found["state_on"] = crtc_state(POWER_OUTPUT)
+    found["roundtrip_on"] = tenant_roundtrip("tenant1", 2)
+    found["weston_pid_after"] = weston_pid()
+    stop("tenant1")
+    found["release"] = release("vm-tenant-1", answer["uid"])
 
 
 def timed(what: str, check: Callable[[], bool], t0: float) -> float:
