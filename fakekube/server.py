@@ -66,6 +66,7 @@ import secrets
 import socket
 import ssl
 import threading
+import uuid
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -90,6 +91,7 @@ _POLL_SECONDS = 0.05  # how long stop() waits for serve_forever to notice
 BOOKMARK_INTERVAL_S = 60.0
 _HANDSHAKE_SECONDS = 30.0
 AUTHENTICATED = "system:authenticated"
+EXTRA_PREFIX = "authentication.kubernetes.io/"
 ADMIN_USER = "system:admin"
 
 
@@ -243,11 +245,14 @@ class FakeKube:
 
     def service_account_token(self, namespace: str, name: str, *,
                               audiences: tuple[str, ...] | list[str] | None = None,
-                              expires_at: float | None = None) -> str:
+                              expires_at: float | None = None,
+                              bound: dict[str, str] | None = None) -> str:
         """A new token for ServiceAccount `namespace/name`, issued for `audiences` (the API
         server's own when None), with the identity the apiserver gives such a token, valid
-        until `expires_at` (seconds since the epoch; None: for ever). Over HTTP the TokenRequest
-        API issues these (`fakekube.tokenrequest`)."""
+        until `expires_at` (seconds since the epoch; None: for ever), bound to the objects in
+        `bound` (the TokenReview's `extra` keys past `authentication.kubernetes.io/`:
+        `pod-name`, `pod-uid`, `node-name`, `node-uid`). Each carries a credential id, as the
+        apiserver's do. Over HTTP the TokenRequest API issues these (`fakekube.tokenrequest`)."""
         for what, value in (("namespace", namespace), ("name", name)):
             if not dra.is_dns_subdomain(value):
                 raise ValueError(f"service_account_token: {what} {value!r} is not a valid name")
@@ -258,7 +263,9 @@ class FakeKube:
             uid=str(((account or {}).get("metadata") or {}).get("uid") or ""),
             groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                     AUTHENTICATED),
-            audiences=tuple(audiences) if audiences else None, expires_at=expires_at)
+            audiences=tuple(audiences) if audiences else None, expires_at=expires_at,
+            extra=((f"{EXTRA_PREFIX}credential-id", (f"JTI={uuid.uuid4()}",)),
+                   *((EXTRA_PREFIX + k, (v,)) for k, v in sorted((bound or {}).items()))))
         return token
 
     def allow(self, verb: str, resource: str, *, user: str | None = None,
