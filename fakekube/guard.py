@@ -82,7 +82,7 @@ def bearer_token(header: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def _forbidden_reason(user: str, attrs: Attributes) -> str:
+def forbidden_reason(user: str, attrs: Attributes) -> str:
     # The apiserver's forbiddenMessage, which clients and people read.
     if not attrs.resource_request:
         return f'User "{user}" cannot {attrs.verb} path "{attrs.path}"'
@@ -118,7 +118,7 @@ class Guard:
         decision = self.authorizer.authorize(who.username, who.groups, attrs)
         if decision.allowed:
             return who
-        why = _forbidden_reason(who.username, attrs)
+        why = forbidden_reason(who.username, attrs)
         if decision.reason:
             why += f": {decision.reason}"
         plural = attrs.resource if attrs.resource_request else ""

@@ -52,6 +52,7 @@ import pytest
 
 from fakekube import grants
 from fakekube.faults import RequestRecord
+from fakekube.guard import Denial
 from fakekube.server import FakeKube
 from fakekube.testing import RawReply, call
 from libdisplay.processes import Process, ProcessError, start
@@ -533,6 +534,24 @@ class RealKube:
                 if event.get("stage") == "ResponseComplete":
                     events.append(event)
         return events
+
+    def denials(self) -> list[Denial]:
+        """Every 401 and 403 answered since start or the last clear (the fake's `denials`),
+        from the audit log; the fixture's own left out."""
+        found = []
+        for event in self.audit_events():
+            code = int((event.get("responseStatus") or {}).get("code", 0))
+            user = (event.get("user") or {}).get("username", "")
+            if code not in (401, 403) or user in _NOT_LOGGED:
+                continue
+            ref = event.get("objectRef") or {}
+            found.append(Denial(
+                at=0.0, user=user, verb=event["verb"], api_group=ref.get("apiGroup", ""),
+                resource=ref.get("resource", ""), subresource=ref.get("subresource", ""),
+                namespace=ref.get("namespace", ""), name=ref.get("name", ""),
+                path=urllib.parse.urlsplit(event["requestURI"]).path, code=code,
+                message=(event.get("responseStatus") or {}).get("message", "")))
+        return found
 
     def request_log(self) -> list[RequestRecord]:
         """The requests answered since start or the last clear, as FakeKube records them,
