@@ -216,6 +216,11 @@ class RealKube:
                 self.paths, client=self.etcd_url, peer=self._etcd_peer),
                 lambda: _get(f"{self.etcd_url}/health")[0] == 200)
             self.start_apiserver()
+            # What the controller-manager would make: the ServiceAccount admission plugin
+            # refuses a pod whose namespace lacks its `default` ServiceAccount.
+            for namespace in ("default", "kube-system", "kube-public"):
+                self._ok("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                         {"metadata": {"name": "default"}})
             self._baseline = set(self._etcd_keys())
             self.requests_clear()
         except BaseException:
@@ -531,7 +536,10 @@ class RealKube:
         for line in _tail(self.paths.audit_log, self._audit_offset).splitlines():
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
-                if event.get("stage") == "ResponseComplete":
+                # A watch is logged when its stream starts, as the fake records it; every
+                # other request when it is answered.
+                if event.get("stage") == ("ResponseStarted" if event.get("verb") == "watch"
+                                          else "ResponseComplete"):
                     events.append(event)
         return events
 
