@@ -543,6 +543,29 @@ class RealKube:
                     events.append(event)
         return events
 
+    @property
+    def requests(self) -> _Requests:
+        """What the fake's `requests` offers that the audit log can give: `clear()`."""
+        return _Requests(self)
+
+    @property
+    def open_watches(self) -> int:
+        """Watches started and not yet ended since the last clear, the fixture's own left out
+        (the audit log logs a watch at its start and again at its end)."""
+        self._audit_barrier()
+        open_ids: set[str] = set()
+        for line in _tail(self.paths.audit_log, self._audit_offset).splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                user = (event.get("user") or {}).get("username", "")
+                if event.get("verb") != "watch" or user in _NOT_LOGGED:
+                    continue
+                if event.get("stage") == "ResponseStarted":
+                    open_ids.add(event["auditID"])
+                elif event.get("stage") == "ResponseComplete":
+                    open_ids.discard(event["auditID"])
+        return len(open_ids)
+
     def denials(self) -> list[Denial]:
         """Every 401 and 403 answered since start or the last clear (the fake's `denials`),
         from the audit log; the fixture's own left out."""
@@ -575,6 +598,14 @@ class RealKube:
                 query=uri.query, status=int((event.get("responseStatus") or {}).get("code", 0)),
                 user=user))
         return records
+
+
+class _Requests:
+    def __init__(self, real: RealKube) -> None:
+        self._real = real
+
+    def clear(self) -> None:
+        self._real.requests_clear()
 
 
 # The fixture's own requests, and the API server's to itself (the fake makes none).
