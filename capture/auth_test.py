@@ -23,7 +23,7 @@ from capture.auth import (
 )
 from fakekube.server import FakeKube
 from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 DISPLAY = "node-a.card0-hdmi-a-1"
 
@@ -269,8 +269,8 @@ def test_in_cluster_reviews_of_service_account_tokens(
         assert (user.username, user.groups) == (
             "system:serviceaccount:team:viewer",
             ("system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated"))
-        assert user.uid == server.get("v1", "ServiceAccount", "viewer",
-                                      namespace="team")["metadata"]["uid"]
+        viewer_account = server.get("v1", "ServiceAccount", "viewer", namespace="team")
+        assert viewer_account is not None and user.uid == viewer_account["metadata"]["uid"]
         assert [key for key, _ in user.extra] == ["authentication.kubernetes.io/credential-id"]
 
 

@@ -20,7 +20,7 @@ from fakekube.server import FakeKube
 from fakekube.status import Cause
 from fakekube.testing import RawReply, as_dict, call, failure, load
 from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 JsonObject = dict[str, Any]
 TAINT = {"key": "display.liken.sh/compositor-unavailable", "effect": "NoSchedule"}
@@ -28,14 +28,14 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 @pytest.fixture
-def api(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
+def api(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
     """The fake at the real one's version, or the real one with the switch."""
     with realapi.api_server(real_kube, kube_version="1.37") as server:
         yield server
 
 
 @pytest.fixture
-def client(api: Any) -> Iterator[Client]:
+def client(api: ApiServer) -> Iterator[Client]:
     c = sync_client(api.url, **realapi.client_options(api))
     try:
         yield c
@@ -119,7 +119,7 @@ AT_1_37 = [pytest.param(change, id=i) for (change, _, _), i in zip(SLICE_CASES, 
 
 
 @pytest.mark.parametrize("change", AT_1_37)
-def test_slice_rules_as_the_server_answers(api: Any,
+def test_slice_rules_as_the_server_answers(api: ApiServer,
                                            change: Callable[[JsonObject], None]) -> None:
     """The fields the server's 422 names are the fake's rules at 1.37."""
     obj = _slice(change)
@@ -190,7 +190,7 @@ def test_claim_request_rules(requests: list[JsonObject], fields: list[str]) -> N
 
 
 @pytest.mark.parametrize("requests", [r for r, _ in CLAIM_CASES], ids=CLAIM_IDS)
-def test_claim_request_rules_as_the_server_answers(api: Any,
+def test_claim_request_rules_as_the_server_answers(api: ApiServer,
                                                    requests: list[JsonObject]) -> None:
     claim = _claim(requests)
     want = _fields_and_reasons(dra.claim_causes(claim, None))

@@ -16,7 +16,7 @@ from fakekube import testing
 from fakekube.server import FakeKube
 from fakekube.testing import RawReply
 from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 JsonObject = dict[str, Any]
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -24,7 +24,7 @@ DISPLAYS = "/apis/display.liken.sh/v1alpha1/displays"
 
 
 @pytest.fixture
-def fake(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
     with realapi.api_server(real_kube, authorize=True) as server:
         server.register_crd(testing.display_crd())
         server.create(testing.display("d1"))
@@ -36,7 +36,7 @@ def fake(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
         yield server
 
 
-def call(fake: Any, method: str, path: str, body: object = None, *, token: str | None = None,
+def call(fake: ApiServer, method: str, path: str, body: object = None, *, token: str | None = None,
          content_type: str = "application/json") -> RawReply:
     """A raw request to `fake` (trusting its CA when it has one)."""
     ca = fake.ca_pem if fake.url.startswith("https:") else None
@@ -44,19 +44,19 @@ def call(fake: Any, method: str, path: str, body: object = None, *, token: str |
                         ca=ca)
 
 
-def admin(fake: Any, method: str, path: str, body: object = None) -> RawReply:
+def admin(fake: ApiServer, method: str, path: str, body: object = None) -> RawReply:
     reply = call(fake, method, path, body, token=fake.admin_token)
     assert reply.code < 300, reply.body
     return reply
 
 
-def cluster_role(fake: Any, name: str, *rules: JsonObject) -> None:
+def cluster_role(fake: ApiServer, name: str, *rules: JsonObject) -> None:
     admin(fake, "POST", f"{RBAC}/clusterroles", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": name}, "rules": list(rules)})
 
 
-def bind(fake: Any, name: str, role: str, *subjects: JsonObject,
+def bind(fake: ApiServer, name: str, role: str, *subjects: JsonObject,
          namespace: str | None = None, role_kind: str = "ClusterRole") -> None:
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
     path = f"{RBAC}/namespaces/{namespace}/rolebindings" if namespace else (
@@ -71,7 +71,7 @@ def user(name: str) -> JsonObject:
     return {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": name}
 
 
-def grant(fake: Any, *rules: JsonObject, who: str = "alice") -> str:
+def grant(fake: ApiServer, *rules: JsonObject, who: str = "alice") -> str:
     """A ClusterRole of `rules` bound cluster-wide to user `who`; returns `who`'s token."""
     cluster_role(fake, f"r-{who}", *rules)
     bind(fake, f"b-{who}", f"r-{who}", user(who))
@@ -86,11 +86,11 @@ def rule(groups: list[str], resources: list[str], verbs: list[str],
     return out
 
 
-def code(fake: Any, token: str, method: str, path: str, body: object = None) -> int:
+def code(fake: ApiServer, token: str, method: str, path: str, body: object = None) -> int:
     return call(fake, method, path, body, token=token).code
 
 
-def test_verbs_and_the_verb_wildcard(fake: Any) -> None:
+def test_verbs_and_the_verb_wildcard(fake: ApiServer) -> None:
     token = grant(fake, rule(["display.liken.sh"], ["displays"], ["get"]))
     assert code(fake, token, "GET", f"{DISPLAYS}/d1") == 200
     assert code(fake, token, "GET", DISPLAYS) == 403  # list is not get
@@ -100,7 +100,7 @@ def test_verbs_and_the_verb_wildcard(fake: Any) -> None:
     assert code(fake, bob, "DELETE", f"{DISPLAYS}/d1") == 200
 
 
-def test_api_groups(fake: Any) -> None:
+def test_api_groups(fake: ApiServer) -> None:
     token = grant(fake, rule(["display.liken.sh"], ["*"], ["list"]))
     assert code(fake, token, "GET", DISPLAYS) == 200
     assert code(fake, token, "GET", "/api/v1/nodes") == 403  # core group not granted
@@ -109,7 +109,7 @@ def test_api_groups(fake: Any) -> None:
     assert code(fake, bob, "GET", DISPLAYS) == 200
 
 
-def test_subresources_are_their_own_resource(fake: Any) -> None:
+def test_subresources_are_their_own_resource(fake: ApiServer) -> None:
     token = grant(fake, rule(["display.liken.sh"], ["displays"], ["patch"]))
     merge = {"status": {"connected": True}}
     assert call(fake, "PATCH", f"{DISPLAYS}/d1/status", merge, token=token,
@@ -126,7 +126,7 @@ def test_subresources_are_their_own_resource(fake: Any) -> None:
     assert code(fake, carol, "GET", "/api/v1/namespaces/team/pods/p1") == 403
 
 
-def test_resource_names(fake: Any) -> None:
+def test_resource_names(fake: ApiServer) -> None:
     token = grant(fake, rule(["display.liken.sh"], ["displays"],
                              ["get", "list", "watch", "create", "delete"], names=["d1"]))
     assert code(fake, token, "GET", f"{DISPLAYS}/d1") == 200
@@ -141,7 +141,7 @@ def test_resource_names(fake: Any) -> None:
 
 
 @realapi.fake_only("the fake's own non-resource URLs")
-def test_non_resource_urls(fake: Any) -> None:
+def test_non_resource_urls(fake: ApiServer) -> None:
     token = grant(fake, {"nonResourceURLs": ["/_fakekube/req*"], "verbs": ["get"]})
     assert code(fake, token, "GET", "/_fakekube/requests") == 200
     assert code(fake, token, "GET", "/_fakekube/denials") == 403
@@ -151,7 +151,7 @@ def test_non_resource_urls(fake: Any) -> None:
     assert code(fake, token, "GET", "/version") == 200
 
 
-def test_role_binding_grants_a_cluster_role_in_its_namespace_only(fake: Any) -> None:
+def test_role_binding_grants_a_cluster_role_in_its_namespace_only(fake: ApiServer) -> None:
     cluster_role(fake, "pod-reader", rule([""], ["pods"], ["get", "list"]))
     bind(fake, "read", "pod-reader", user("alice"), namespace="team")
     token = fake.user_token("alice")
@@ -160,7 +160,7 @@ def test_role_binding_grants_a_cluster_role_in_its_namespace_only(fake: Any) -> 
     assert code(fake, token, "GET", "/api/v1/pods") == 403  # all namespaces is cluster scope
 
 
-def test_role_and_service_account_subject(fake: Any) -> None:
+def test_role_and_service_account_subject(fake: ApiServer) -> None:
     admin(fake, "POST", f"{RBAC}/namespaces/team/roles", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "pods"}, "rules": [rule([""], ["pods"], ["get"])]})
@@ -173,7 +173,7 @@ def test_role_and_service_account_subject(fake: Any) -> None:
     assert code(fake, same_name_elsewhere, "GET", "/api/v1/namespaces/team/pods/p1") == 403
 
 
-def test_group_subject_and_masters(fake: Any) -> None:
+def test_group_subject_and_masters(fake: ApiServer) -> None:
     cluster_role(fake, "nodes", rule([""], ["nodes"], ["list"]))
     bind(fake, "ops", "nodes", {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
                                 "name": "ops"})
@@ -187,7 +187,7 @@ def test_group_subject_and_masters(fake: Any) -> None:
         assert code(fake, masters, "GET", "/fakekube/denials") == 200
 
 
-def test_forbidden_status_body(fake: Any) -> None:
+def test_forbidden_status_body(fake: ApiServer) -> None:
     token = fake.service_account_token("ns", "sa")
     reply = call(fake, "PATCH", f"{DISPLAYS}/x/status", {"status": {}}, token=token,
                  content_type="application/merge-patch+json")
@@ -213,7 +213,7 @@ def test_forbidden_status_body(fake: Any) -> None:
         'forbidden: User "system:serviceaccount:ns:sa" cannot post path "/_fakekube/compact"')
 
 
-def test_a_binding_to_a_missing_role_says_so(fake: Any) -> None:
+def test_a_binding_to_a_missing_role_says_so(fake: ApiServer) -> None:
     bind(fake, "dangling", "no-such-role", user("alice"))
     reply = call(fake, "GET", "/api/v1/nodes", token=fake.user_token("alice"))
     assert reply.code == 403
@@ -221,13 +221,13 @@ def test_a_binding_to_a_missing_role_says_so(fake: Any) -> None:
         ': RBAC: clusterrole.rbac.authorization.k8s.io "no-such-role" not found')
 
 
-def test_forbidden_comes_before_not_found(fake: Any) -> None:
+def test_forbidden_comes_before_not_found(fake: ApiServer) -> None:
     token = fake.user_token("alice")
     assert code(fake, token, "GET", "/apis/nothing.example/v1/things") == 403
     assert code(fake, fake.admin_token, "GET", "/apis/nothing.example/v1/things") == 404
 
 
-def test_unknown_tokens_are_401_and_no_token_is_the_anonymous_user(fake: Any) -> None:
+def test_unknown_tokens_are_401_and_no_token_is_the_anonymous_user(fake: ApiServer) -> None:
     unauthorized = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
     reply = call(fake, "GET", "/api/v1/nodes", token="not-a-token")
@@ -244,7 +244,7 @@ def test_unknown_tokens_are_401_and_no_token_is_the_anonymous_user(fake: Any) ->
 
 
 @realapi.fake_only("the fake's record of denials")
-def test_denials_are_kept_and_served_to_admins(fake: Any) -> None:
+def test_denials_are_kept_and_served_to_admins(fake: ApiServer) -> None:
     token = fake.service_account_token("ns", "sa")
     call(fake, "DELETE", f"{DISPLAYS}/d1", token=token)
     call(fake, "GET", "/api/v1/nodes", token="not-a-token")
@@ -260,7 +260,7 @@ def test_denials_are_kept_and_served_to_admins(fake: Any) -> None:
     assert len(fake.denials()) == 3  # the refused look at the denials is one too
 
 
-def test_service_account_token_review_identity(fake: Any) -> None:
+def test_service_account_token_review_identity(fake: ApiServer) -> None:
     account = fake.create({"apiVersion": "v1", "kind": "ServiceAccount",
                            "metadata": {"name": "runner", "namespace": "team"}})
     cluster_role(fake, "reviewer", rule(["authentication.k8s.io"], ["tokenreviews"],
@@ -298,7 +298,7 @@ def _review(user: str, groups: list[str], verb: str, resource: str, *, group: st
                      "resourceAttributes": {k: v for k, v in attrs.items() if v}}}
 
 
-def test_subject_access_review_agrees_with_requests(fake: Any) -> None:
+def test_subject_access_review_agrees_with_requests(fake: ApiServer) -> None:
     token = grant(fake, rule(["display.liken.sh"], ["displays"], ["get"], names=["d1"]),
                   rule([""], ["pods/status"], ["patch"]))
     cases = [
@@ -325,7 +325,7 @@ def test_subject_access_review_agrees_with_requests(fake: Any) -> None:
         'RBAC: allowed by ClusterRoleBinding "b-alice" of ClusterRole "r-alice" to User "alice"')
 
 
-def test_kubelet_writes_status_of_its_own_pods_only(fake: Any) -> None:
+def test_kubelet_writes_status_of_its_own_pods_only(fake: ApiServer) -> None:
     kubelet = fake.user_token("system:node:n1", ["system:nodes"])
     status = {"status": {"phase": "Running"}}
     merge = "application/merge-patch+json"
@@ -350,7 +350,7 @@ def test_kubelet_writes_status_of_its_own_pods_only(fake: Any) -> None:
                 token=impostor, content_type=merge).code == 403
 
 
-def test_the_scheduler_has_its_bootstrap_role(fake: Any) -> None:
+def test_the_scheduler_has_its_bootstrap_role(fake: ApiServer) -> None:
     scheduler = fake.user_token("system:kube-scheduler")
     assert code(fake, scheduler, "GET", "/apis/resource.k8s.io/v1/resourceslices") == 200
     assert code(fake, scheduler, "DELETE", f"{DISPLAYS}/d1") == 403
@@ -364,7 +364,7 @@ def test_default_fake_allows_everything() -> None:
         assert plain.get("rbac.authorization.k8s.io/v1", "ClusterRole", "cluster-admin") is None
 
 
-def test_bindings_are_validated_and_their_role_ref_is_fixed(fake: Any) -> None:
+def test_bindings_are_validated_and_their_role_ref_is_fixed(fake: ApiServer) -> None:
     def crb(name: str, ref_kind: str, *subjects: JsonObject) -> JsonObject:
         return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": {"name": name},

@@ -22,9 +22,9 @@ from lightkube.types import PatchType, on_error_retry
 from fakekube import testing
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
-from fakekube.testing import as_dict, call, failure, load
+from fakekube.testing import as_dict, failure, load
 from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 WAIT_SECONDS = 20.0
 JsonObject = dict[str, Any]
@@ -35,13 +35,13 @@ COMPACTION = "compact() and history_limit, the fake's fault hooks"
 
 
 @pytest.fixture
-def fake(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
     with realapi.api_server(real_kube) as server:
         yield server
 
 
 @pytest.fixture
-def client(fake: Any) -> Iterator[Client]:
+def client(fake: ApiServer) -> Iterator[Client]:
     c = sync_client(fake.url, **realapi.client_options(fake))
     try:
         yield c
@@ -83,7 +83,7 @@ def _slice(client: Client, name: str, **kwargs: Any) -> str:
     return str(created["metadata"]["resourceVersion"])
 
 
-def _watch_requests(fake: Any) -> list[str | None]:
+def _watch_requests(fake: ApiServer) -> list[str | None]:
     return [r.param("resourceVersion") for r in fake.request_log() if r.param("watch") == "true"]
 
 
@@ -107,7 +107,7 @@ def test_watch_from_n_replays_only_later_history(client: Client) -> None:
     assert take(events, 2) == [("ADDED", "b"), ("DELETED", "a")]
 
 
-def test_deleted_event_carries_the_deletion_resource_version(fake: Any,
+def test_deleted_event_carries_the_deletion_resource_version(fake: ApiServer,
                                                              client: Client) -> None:
     rv = _slice(client, "a")
     client.delete(ResourceSlice, "a")
@@ -185,7 +185,7 @@ def test_an_abruptly_dropped_watch_is_a_transport_error(fake: FakeKube, client: 
     assert type(err.value).__name__ == "RemoteProtocolError"
 
 
-def test_server_timeout_ends_the_stream_and_lightkube_rewatches(fake: Any,
+def test_server_timeout_ends_the_stream_and_lightkube_rewatches(fake: ApiServer,
                                                                 client: Client) -> None:
     rv = _slice(client, "a")
     events = client.watch(ResourceSlice, resource_version=rv, server_timeout=1)
@@ -230,7 +230,7 @@ def test_wait_watches_one_object_by_name(client: Client) -> None:
     "/apis/resource.k8s.io/v1/resourceslices?watch=true&timeoutSeconds=1",
     "/apis/resource.k8s.io/v1/watch/resourceslices?timeoutSeconds=1",
 ], ids=["query", "watch-prefix"])
-def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: Any, client: Client,
+def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: ApiServer, client: Client,
                                                             path: str) -> None:
     _slice(client, "a")
     with _open(fake, path) as resp:
@@ -242,7 +242,7 @@ def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: Any, client: C
     assert (obj["kind"], obj["apiVersion"]) == ("ResourceSlice", "resource.k8s.io/v1")
 
 
-def _open(fake: Any, path: str) -> Any:
+def _open(fake: ApiServer, path: str) -> Any:
     """A raw streaming GET of `path` as the administrator."""
     options = realapi.client_options(fake)
     handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
@@ -254,7 +254,7 @@ def _open(fake: Any, path: str) -> Any:
         urllib.request.Request(fake.url + path, headers=headers), timeout=WAIT_SECONDS)
 
 
-def test_a_watch_asking_no_timeout_stays_open(fake: Any, client: Client) -> None:
+def test_a_watch_asking_no_timeout_stays_open(fake: ApiServer, client: Client) -> None:
     """timeoutSeconds=0 is no timeout asked (the server's own, minutes), not an end now: an
     object made after the watch began still arrives on it."""
     rv = _slice(client, "a")

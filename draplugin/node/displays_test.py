@@ -17,14 +17,14 @@ from draplugin.node import displays
 from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.server import FakeKube
-from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
 from libdisplay import display
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import parse_mode
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support import realapi
 from tests.support.crds import display_crd
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 NODE = "kiosk-1"
 HDMI = display.display_name(NODE, "card0-hdmi-a-1")
@@ -36,14 +36,14 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def fake(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
     """The fake, or with DISPLAY_OPERATOR_REAL_API=1 a real kube-apiserver 1.37."""
     with realapi.api_server(real_kube) as server:
         server.register_crd(display_crd())
         yield server
 
 
-def _run(fake: Any, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
+def _run(fake: ApiServer, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
     return run_async(fake.url, scenario, timeout=WAIT_SECONDS, **realapi.client_options(fake))
 
 
@@ -63,13 +63,13 @@ def _machine(root: Path) -> tuple[drm.Card, ...]:
     return _cards(root)
 
 
-def _get(fake: Any, name: str) -> dict[str, Any]:
+def _get(fake: ApiServer, name: str) -> dict[str, Any]:
     found = fake.get(display.API_VERSION, display.KIND, name)
     assert found is not None
     return found
 
 
-def test_creates_a_display_per_connector_with_status(fake: Any, tmp_path: Path) -> None:
+def test_creates_a_display_per_connector_with_status(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     observed = displays.Observed(
         ddc={"card0-hdmi-a-1": displays.DdcState(supported=True, capabilities="(vcp(10 60))",
@@ -101,7 +101,7 @@ def test_creates_a_display_per_connector_with_status(fake: Any, tmp_path: Path) 
     assert _get(fake, DP)["status"]["connected"] is False
 
 
-def test_second_pass_writes_nothing(fake: Any, tmp_path: Path) -> None:
+def test_second_pass_writes_nothing(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> dict[str, displays.Result]:
@@ -114,7 +114,7 @@ def test_second_pass_writes_nothing(fake: Any, tmp_path: Path) -> None:
     assert len(patches) == 2  # one status write per Display, at creation
 
 
-def test_spec_a_person_wrote_is_kept_and_labels_added(fake: Any, tmp_path: Path) -> None:
+def test_spec_a_person_wrote_is_kept_and_labels_added(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
                  "metadata": {"name": HDMI},
@@ -131,7 +131,7 @@ def test_spec_a_person_wrote_is_kept_and_labels_added(fake: Any, tmp_path: Path)
     assert "observedGeneration" not in hdmi["status"]
 
 
-def test_unplugged_monitor_keeps_its_display_disconnected(fake: Any,
+def test_unplugged_monitor_keeps_its_display_disconnected(fake: ApiServer,
                                                           tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
@@ -149,8 +149,9 @@ def test_unplugged_monitor_keeps_its_display_disconnected(fake: Any,
 
 
 @realapi.fake_only("fail_next_writes, a fault hook")
-def test_conflicting_and_throttled_writes_are_retried(fake: Any, tmp_path: Path) -> None:
+def test_conflicting_and_throttled_writes_are_retried(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(2, 429, retry_after=0, resource="displays")
 
     async def scenario(client: AsyncClient) -> tuple[dict[str, displays.Result], int]:
@@ -176,7 +177,7 @@ def test_merge_patch(old: dict[str, Any], new: dict[str, Any], patch: dict[str, 
 
 
 def test_watch_wakes_on_spec_edits_and_deletes_not_on_status_writes(
-    fake: Any, tmp_path: Path
+    fake: ApiServer, tmp_path: Path
 ) -> None:
     cards = _machine(tmp_path)
 
@@ -210,13 +211,13 @@ def _spec_applied(status: dict[str, Any]) -> dict[str, Any]:
     return dict(found)
 
 
-def _status_patches(fake: Any, name: str) -> int:
+def _status_patches(fake: ApiServer, name: str) -> int:
     return len([r for r in fake.request_log()
                 if r.method == "PATCH" and r.path.endswith(f"/{name}/status")])
 
 
 def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
-    fake: Any, tmp_path: Path
+    fake: ApiServer, tmp_path: Path
 ) -> None:
     cards = _machine(tmp_path)
     fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
@@ -245,7 +246,7 @@ def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
     assert [c["type"] for c in status["conditions"]] == ["Connected", "SpecApplied"]
 
 
-def test_last_transition_time_moves_only_when_the_status_does(fake: Any,
+def test_last_transition_time_moves_only_when_the_status_does(fake: ApiServer,
                                                                tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     held = displays.SpecOutcome.held_by_claim(ClaimRef("ns", "screen", "uid-1"))
@@ -276,7 +277,7 @@ def test_last_transition_time_moves_only_when_the_status_does(fake: Any,
     assert changed["lastTransitionTime"] != old_time
 
 
-def test_a_report_older_than_the_display_is_dropped(fake: Any, tmp_path: Path) -> None:
+def test_a_report_older_than_the_display_is_dropped(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> list[displays.SpecResult]:
@@ -295,7 +296,7 @@ def test_a_report_older_than_the_display_is_dropped(fake: Any, tmp_path: Path) -
     assert status["observedGeneration"] == 2 and _spec_applied(status)["reason"] == "Applied"
 
 
-def test_a_status_write_between_read_and_patch_is_not_lost(fake: Any,
+def test_a_status_write_between_read_and_patch_is_not_lost(fake: ApiServer,
                                                             tmp_path: Path) -> None:
     """The report computed from a stale read is refused (409) and made again from a fresh one:
     the other writer's field stays."""
@@ -344,7 +345,7 @@ def test_an_outcome_the_api_would_refuse_names_its_field(build: Callable[[], obj
 
 
 @pytest.mark.parametrize("generation", [0, -1, True])
-def test_a_generation_below_one_is_refused_before_any_call(fake: Any,
+def test_a_generation_below_one_is_refused_before_any_call(fake: ApiServer,
                                                            generation: int) -> None:
     async def scenario(client: AsyncClient) -> None:
         await displays.Displays(client, node=NODE, backoff=FAST).report_spec(HDMI, generation,
@@ -356,14 +357,14 @@ def test_a_generation_below_one_is_refused_before_any_call(fake: Any,
     assert fake.request_log() == []
 
 
-def _display_requests(fake: Any) -> list[str]:
+def _display_requests(fake: ApiServer) -> list[str]:
     """The Display requests since the log was cleared, the watch's own list and watch aside."""
     return [f"{r.method} {r.path.rsplit('/displays', 1)[-1] or '/'}"
             for r in fake.request_log()
             if "/displays" in r.path and not (r.method == "GET" and r.path.endswith("/displays"))]
 
 
-def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: Any,
+def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: ApiServer,
                                                                 tmp_path: Path) -> None:
     """Once the watch has listed, a hotplug, a claim, a spec report and idle passes read no
     Display from the API: only what changed is written."""
@@ -400,7 +401,7 @@ def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: Any,
     assert claim == [f"PATCH /{HDMI}/status"] * 2
 
 
-def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: Any,
+def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: ApiServer,
                                                                  tmp_path: Path) -> None:
     """A Display a person made without the node label is not in the watch's selection: the
     create is refused (409) and the retry reads it from the API, then labels it."""
@@ -445,7 +446,7 @@ class _HeldEvents:
 
 
 def test_a_display_that_enters_the_selection_by_the_operator_s_write_wakes_it(
-        fake: Any, tmp_path: Path) -> None:
+        fake: ApiServer, tmp_path: Path) -> None:
     """A Display the operator creates, or one made by hand that it labels, comes into the
     watch's selection with its spec unobserved; the watch takes the write's event as already
     seen, so the write itself wakes the operator to act on the spec. A reported Display wakes
@@ -477,7 +478,7 @@ def test_a_display_that_enters_the_selection_by_the_operator_s_write_wakes_it(
     assert _run(fake, scenario) == ({HDMI, DP}, set())
 
 
-def test_held_writes_wait_until_let_go(fake: Any, tmp_path: Path) -> None:
+def test_held_writes_wait_until_let_go(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> tuple[list[str], dict[str, displays.Result]]:

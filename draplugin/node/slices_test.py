@@ -16,13 +16,13 @@ from draplugin.node.retry import Backoff
 from fakekube.client import run_async
 from fakekube.faults import FaultCode
 from fakekube.server import FakeKube
-from tests.support import realapi
-from tests.support.realapi import real_kube  # noqa: F401 - a fixture
 from libdisplay import pod
 from libdisplay.hardware import drm
 from libdisplay.hardware.modes import parse_mode
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support import realapi
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 NODE = "kiosk-1"
 WAIT_SECONDS = 30.0
@@ -41,18 +41,18 @@ def _tree(root: Path, *connectors: sysfs_tree.SimConnector) -> tuple[drm.Card, .
 
 
 @pytest.fixture
-def fake(real_kube: realapi.RealKube | None) -> Iterator[Any]:  # noqa: F811
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
     """The fake, or with DISPLAY_OPERATOR_REAL_API=1 a real kube-apiserver 1.37."""
     with realapi.api_server(real_kube) as server:
         server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield server
 
 
-def _run(fake: Any, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
+def _run(fake: ApiServer, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
     return run_async(fake.url, scenario, timeout=WAIT_SECONDS, **realapi.client_options(fake))
 
 
-def _stored(fake: Any) -> dict[str, Any]:
+def _stored(fake: ApiServer) -> dict[str, Any]:
     found = fake.get("resource.k8s.io/v1", "ResourceSlice", slices.slice_name(NODE))
     assert found is not None
     return found
@@ -131,7 +131,7 @@ def test_long_node_name_gives_a_valid_slice_name() -> None:
     assert len(name) <= 253 and name.endswith(pod.DRIVER)
 
 
-def test_publish_creates_once_then_no_churn(fake: Any, tmp_path: Path) -> None:
+def test_publish_creates_once_then_no_churn(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> list[slices.Sync]:
@@ -150,7 +150,7 @@ def test_publish_creates_once_then_no_churn(fake: Any, tmp_path: Path) -> None:
     assert [d["name"] for d in stored["spec"]["devices"]] == ["card0-hdmi-a-1"]
 
 
-def test_hotplug_updates_in_place_keeping_generation(fake: Any, tmp_path: Path) -> None:
+def test_hotplug_updates_in_place_keeping_generation(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     sysfs = sysfs_tree.sysfs_root(tmp_path)
@@ -170,7 +170,7 @@ def test_hotplug_updates_in_place_keeping_generation(fake: Any, tmp_path: Path) 
     assert stored["spec"]["pool"]["generation"] == 0
 
 
-def test_wiped_slice_is_recreated_with_next_generation(fake: Any, tmp_path: Path) -> None:
+def test_wiped_slice_is_recreated_with_next_generation(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> list[slices.Sync]:
@@ -193,8 +193,9 @@ def test_wiped_slice_is_recreated_with_next_generation(fake: Any, tmp_path: Path
 
 @realapi.fake_only("fail_next_writes, a fault hook")
 @pytest.mark.parametrize("code", [409, 429], ids=["conflict", "too-many-requests"])
-def test_write_errors_are_retried(fake: Any, tmp_path: Path, code: FaultCode) -> None:
+def test_write_errors_are_retried(fake: ApiServer, tmp_path: Path, code: FaultCode) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(3, code, retry_after=0, resource="resourceslices")
 
     async def scenario(client: AsyncClient) -> tuple[slices.Sync, int]:
@@ -207,7 +208,8 @@ def test_write_errors_are_retried(fake: Any, tmp_path: Path, code: FaultCode) ->
 
 
 @realapi.fake_only("fail_next_writes, a fault hook")
-def test_persistent_errors_end_in_a_publish_error(fake: Any, tmp_path: Path) -> None:
+def test_persistent_errors_end_in_a_publish_error(fake: ApiServer, tmp_path: Path) -> None:
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(10, 500, resource="resourceslices")
 
     async def scenario(client: AsyncClient) -> None:
@@ -218,7 +220,7 @@ def test_persistent_errors_end_in_a_publish_error(fake: Any, tmp_path: Path) -> 
         _run(fake, scenario)
 
 
-def test_taint_is_set_kept_and_cleared(fake: Any, tmp_path: Path) -> None:
+def test_taint_is_set_kept_and_cleared(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", edid=_edid(name="B")))
 
@@ -254,7 +256,7 @@ def test_dropped_taints_do_not_churn(tmp_path: Path) -> None:
         assert _run(fake, scenario) == ["created", "unchanged"]
 
 
-def test_watch_recreates_a_wiped_slice_before_the_resync(fake: Any, tmp_path: Path) -> None:
+def test_watch_recreates_a_wiped_slice_before_the_resync(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> int:
@@ -277,7 +279,7 @@ def test_watch_recreates_a_wiped_slice_before_the_resync(fake: Any, tmp_path: Pa
     assert _stored(fake)["spec"]["pool"]["generation"] == 1
 
 
-def test_update_keeps_time_added_of_unchanged_taints(fake: Any, tmp_path: Path) -> None:
+def test_update_keeps_time_added_of_unchanged_taints(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     old = "2020-01-01T00:00:00Z"
@@ -302,7 +304,7 @@ def test_update_keeps_time_added_of_unchanged_taints(fake: Any, tmp_path: Path) 
 
 
 def test_an_idle_publisher_sends_nothing_and_a_change_only_its_write(
-        fake: Any, tmp_path: Path) -> None:
+        fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     sysfs = sysfs_tree.sysfs_root(tmp_path)

@@ -12,9 +12,9 @@ import pytest
 
 from fakekube import testing
 from tests.deploy.appliedbase import applied_base
+from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, render
 from tests.support import realapi
 from tests.support.realapi import real_kube  # noqa: F401 - a fixture
-from tests.deploy.manifests import DEPLOY, OPERATOR_RENDERINGS, Doc, find, render
 
 # (API group, resource, verb, scope) -> the caller that needs it.
 EXPECTED: dict[tuple[str, str, str, str], str] = {

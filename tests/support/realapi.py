@@ -27,8 +27,8 @@ made since the server came up (no namespace controller runs to finish a namespac
 from __future__ import annotations
 
 import base64
-import hashlib
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -46,7 +46,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import pytest
 
@@ -74,6 +74,48 @@ ADMIN_USER: Final = "system:admin"
 MASTERS: Final = "system:masters"
 AUTHENTICATED: Final = "system:authenticated"
 NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
+
+
+class Clearable(Protocol):
+    def clear(self) -> None: ...
+
+
+class ApiServer(Protocol):
+    """What FakeKube and RealKube both offer, which a test held to both may use."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def ca_pem(self) -> bytes: ...
+    @property
+    def admin_token(self) -> str: ...
+    @property
+    def open_watches(self) -> int: ...
+    @property
+    def requests(self) -> Clearable: ...
+
+    def create(self, obj: JsonObject) -> JsonObject: ...
+    def register_crd(self, crd: JsonObject) -> object: ...
+    def get(self, api_version: str, kind: str, name: str, *,
+            namespace: str | None = None) -> JsonObject | None: ...
+    def objects(self, api_version: str, kind: str, *,
+                namespace: str | None = None) -> list[JsonObject]: ...
+    def delete_node_slices(self, node: str, *, driver: str | None = None) -> list[str]: ...
+    def set_restart_count(self, namespace: str, pod: str, container: str, count: int, *,
+                          init: bool = False) -> JsonObject: ...
+    def user_token(self, user: str, groups: tuple[str, ...] | list[str] = ()) -> str: ...
+    def service_account_token(self, namespace: str, name: str, *,
+                              audiences: tuple[str, ...] | list[str] | None = None,
+                              expires_at: float | None = None) -> str: ...
+    def allow(self, verb: str, resource: str, *, user: str | None = None,
+              group: str | None = None, api_group: str = "", subresource: str = "",
+              namespace: str | None = None, name: str | None = None) -> str: ...
+    def request_log(self) -> list[RequestRecord]: ...
+    def denials(self) -> list[Denial]: ...
 
 
 class RealApiError(Exception):
@@ -456,6 +498,27 @@ class RealKube:
         self._ok("DELETE", self.path(api_version, kind, name, namespace=namespace or "default"),
                  {"gracePeriodSeconds": 0})
 
+    def set_restart_count(self, namespace: str, pod: str, container: str, count: int, *,
+                          init: bool = False) -> JsonObject:
+        """The container's restartCount in the pod's status, as the kubelet reports it (the
+        fake's hook of the same name), written through the status subresource."""
+        field = "initContainerStatuses" if init else "containerStatuses"
+        path = self.path("v1", "Pod", pod, namespace=namespace)
+        for _ in range(10):
+            obj = self._ok("GET", path)
+            statuses = obj.setdefault("status", {}).setdefault(field, [])
+            entry = next((s for s in statuses if s.get("name") == container), None)
+            if entry is None:
+                entry = {"name": container, "ready": False, "image": "", "imageID": ""}
+                statuses.append(entry)
+            entry["restartCount"] = count
+            reply = self.call("PUT", f"{path}/status", obj)
+            if reply.code != 409:
+                if reply.code >= 300:
+                    raise RealApiError(f"PUT {path}/status: {reply.code} {reply.body}")
+                return reply.body
+        raise RealApiError(f"PUT {path}/status: conflicts on every try")
+
     def delete_node_slices(self, node: str, *, driver: str | None = None) -> list[str]:
         """Delete the ResourceSlices of `node` (of one driver), as the kubelet does at its
         start; returns the names deleted."""
@@ -674,9 +737,9 @@ def real_kube() -> Iterator[RealKube | None]:
 
 
 @contextlib.contextmanager
-def api_server(real: RealKube | None, **fake_options: Any) -> Iterator[Any]:
+def api_server(real: RealKube | None, **fake_options: Any) -> Iterator[ApiServer]:
     """The API server a test talks to: the module's real one, reset, when the switch is set,
-    else a FakeKube started with `fake_options`. Typed Any: the test uses what both have."""
+    else a FakeKube started with `fake_options`."""
     if real is not None:
         real.reset()
         yield real
@@ -685,10 +748,10 @@ def api_server(real: RealKube | None, **fake_options: Any) -> Iterator[Any]:
         yield fake
 
 
-def client_options(server: FakeKube | RealKube) -> dict[str, Any]:
+def client_options(server: ApiServer) -> dict[str, Any]:
     """What a lightkube client (`fakekube.client`) needs to act as the administrator: the
     admin token and the CA of an HTTPS server; nothing for a fake that authorizes nothing."""
-    if isinstance(server, RealKube):
+    if not isinstance(server, FakeKube):
         return {"token": server.admin_token, "ca": server.ca_pem}
     options: dict[str, Any] = {}
     if server.guard is not None:
