@@ -26,6 +26,7 @@ made since the server came up (no namespace controller runs to finish a namespac
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -226,6 +227,7 @@ class RealKube:
         self.admin_token = self.tokens.add(ADMIN_USER, (MASTERS,))
         self._baseline: set[str] = set()
         self._audit_offset = 0
+        self._started_offset = 0  # where the running API server's audit events begin
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
     @property
@@ -282,7 +284,17 @@ class RealKube:
 
     def start_apiserver(self) -> None:
         """The API server (again, after `stop_apiserver`), awaited on /readyz."""
+        self._apiserver = self._await("kube-apiserver", self._launch_apiserver())
+
+    async def start_apiserver_async(self) -> None:
+        """`start_apiserver` for an event loop: started from the loop's thread (a child dies
+        with the thread that started it), its readiness awaited on another."""
+        process = self._launch_apiserver()
+        self._apiserver = await asyncio.to_thread(self._await, "kube-apiserver", process)
+
+    def _launch_apiserver(self) -> Process:
         assert self.pki is not None
+        self._started_offset = _size(self.paths.audit_log)
         argv = components.apiserver(
             self.paths, self.pki, etcd=self.etcd_url, port=self.port, bind="127.0.0.1",
             advertise="127.0.0.1",
@@ -293,11 +305,12 @@ class RealKube:
                    # No `kubernetes` Endpoints for a loopback address (refused) or that
                    # another cluster on this machine owns.
                    "--endpoint-reconciler-type=none"])
+        return start(argv, log_path=self.paths.logs / "kube-apiserver.log")
+
+    def _apiserver_ready(self) -> bool:
+        assert self.pki is not None
         context = ssl.create_default_context(cafile=str(self.pki.ca))
-        self._apiserver = self._run(
-            "kube-apiserver", argv,
-            lambda: _get(f"{self.url}/readyz", context=context,
-                         token=self._fixture_token)[0] == 200)
+        return _get(f"{self.url}/readyz", context=context, token=self._fixture_token)[0] == 200
 
     def stop_apiserver(self) -> None:
         """The API server stopped and reaped (an outage); etcd keeps the state."""
@@ -307,9 +320,15 @@ class RealKube:
             self._apiserver = None
 
     def _run(self, name: str, argv: list[str], ready: Callable[[], bool]) -> Process:
-        process = start(argv, log_path=self.paths.logs / f"{name}.log")
+        return self._await(name, start(argv, log_path=self.paths.logs / f"{name}.log"), ready)
+
+    def _await(self, name: str, process: Process,
+               ready: Callable[[], bool] | None = None) -> Process:
+        """`process` once `ready` (the API server's /readyz when None); stopped and reaped
+        if it does not get there within START_TIMEOUT_S."""
         try:
-            process.wait_until(ready, timeout=START_TIMEOUT_S, what=f"{name} ready")
+            process.wait_until(ready or self._apiserver_ready, timeout=START_TIMEOUT_S,
+                               what=f"{name} ready")
         except ProcessError as exc:
             with contextlib.suppress(ProcessError):
                 process.stop(grace=5)
@@ -363,8 +382,16 @@ class RealKube:
 
     def call(self, method: str, path: str, body: object = None, *,
              content_type: str = "application/json", token: str | None = None) -> RawReply:
-        return call(self.url, method, path, body, content_type=content_type,
-                    token=token or self._fixture_token, ca=self.ca_pem)
+        """One request (as the fixture unless `token`), again after a 429: a new CRD's
+        storage answers "storage is (re)initializing" for a moment."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            reply = call(self.url, method, path, body, content_type=content_type,
+                         token=token or self._fixture_token, ca=self.ca_pem)
+            if reply.code != 429 or time.monotonic() > deadline:
+                return reply
+            retry = (reply.body.get("details") or {}).get("retryAfterSeconds") or 1
+            time.sleep(min(float(retry), 1.0))
 
     def _ok(self, method: str, path: str, body: object = None, *,
             content_type: str = "application/json") -> JsonObject:
@@ -577,8 +604,25 @@ class RealKube:
     # -- the request log, from the audit log -------------------------------------------------
 
     def requests_clear(self) -> None:
-        self._audit_barrier()
+        """Forget the requests logged so far (those answered before this call)."""
+        if self._apiserver is not None:
+            self._audit_barrier()
         self._audit_offset = _size(self.paths.audit_log)
+
+    def compact(self) -> int:
+        """etcd's history compacted at its current revision (as the apiserver does every
+        5 minutes); returns that revision. A watch from an older version than the API server's
+        watch cache holds then gets 410 Expired."""
+        revision = int(self._etcd_call("range", {"key": _b64("\0"), "limit": 1})
+                       ["header"]["revision"])
+        self._etcd_call("compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def apiserver_cpu_seconds(self) -> float:
+        """User and system CPU the running API server has used (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.apiserver_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # utime and stime are the stat file's 14th and 15th fields, in clock ticks.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def _audit_barrier(self) -> str:
         """A request of the fixture's own, awaited in the audit log: every request answered
@@ -613,11 +657,11 @@ class RealKube:
 
     @property
     def open_watches(self) -> int:
-        """Watches started and not yet ended since the last clear, the fixture's own left out
-        (the audit log logs a watch at its start and again at its end)."""
+        """Watches the running API server serves now, the fixture's own left out (the audit
+        log logs a watch at its start and again at its end)."""
         self._audit_barrier()
         open_ids: set[str] = set()
-        for line in _tail(self.paths.audit_log, self._audit_offset).splitlines():
+        for line in _tail(self.paths.audit_log, self._started_offset).splitlines():
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 user = (event.get("user") or {}).get("username", "")
