@@ -140,6 +140,30 @@ def _assert_answer(reply: RawReply, want: set[tuple[str, str]]) -> None:
     assert {(c["field"], c["reason"]) for c in reply.body["details"]["causes"]} == want
 
 
+@pytest.mark.parametrize(("change", "code", "answer"), [
+    (lambda s: s["pool"].update(generation="x"), 400, "BadRequest"),
+    (lambda s: s.update(devices={"a": 1}), 400, "BadRequest"),
+    (lambda s: s.pop("driver"), 422, [("spec.driver", "FieldValueRequired")]),
+    (lambda s: s.update(bogus=1), 201, '299 - "unknown field \\"spec.bogus\\""'),
+], ids=["wrong-type", "object-for-list", "missing-required", "unknown-field"])
+def test_schema_errors_as_the_server_answers(api: ApiServer,
+                                             change: Callable[[JsonObject], None], code: int,
+                                             answer: object) -> None:
+    """What the schema decides: a body that does not decode is a 400 (the message is the
+    decoder's own and differs: Go's names its struct), a missing required field a 422 naming
+    it, an unknown field dropped with the apiserver's Warning."""
+    reply = call(api.url, "POST", SLICES, _slice(change), **realapi.client_options(api))
+    assert reply.code == code, reply.body
+    if code == 400:
+        assert reply.body["reason"] == answer
+        assert reply.body["message"].startswith(
+            'ResourceSlice in version "v1" cannot be handled as a ResourceSlice: ')
+    elif code == 422:
+        assert [(c["field"], c["reason"]) for c in reply.body["details"]["causes"]] == answer
+    else:
+        assert reply.headers["Warning"] == answer
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("driver", "gpu.example.com"), ("nodeName", "n2"), ("pool", {"name": "n2", "generation": 1,
                                                                    "resourceSliceCount": 1}),

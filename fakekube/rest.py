@@ -61,10 +61,12 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class Options:
     """`kube_version` picks the built-in schemas and version-dependent DRA limits;
-    `device_taints` is the DRADeviceTaints gate (off by default on 1.34/1.35, on from 1.36)."""
+    `device_taints` is the DRADeviceTaints gate (off by default on 1.34/1.35, on from 1.36);
+    `driver_verb` the check of a claim's status.devices writes (`fakekube.claimdriver`, 1.36+)."""
 
     kube_version: str = "1.34"
     device_taints: bool = True
+    driver_verb: bool = True
 
 
 _FIELD_VALIDATIONS: dict[str, FieldValidation] = {"Ignore": "Ignore", "Warn": "Warn",
@@ -314,7 +316,7 @@ class Api:
                                      field_validation=_field_validation(params))
         new = checked.obj
         strategy.check(t.kind, new, current, minor=self.minor)
-        if who is not None and t.kind.key == CLAIMS and status_only:
+        if who is not None and t.kind.key == CLAIMS and status_only and self.options.driver_verb:
             claimdriver.check(self.authorizer, who, verb, new, current, t.resource())
         strategy.bump_generation(t.kind, current, new)
         warnings = _warnings(checked.unknown)

@@ -164,14 +164,16 @@ class FakeKube:
     context manager.
 
     `tls=True` serves HTTPS with a leaf from its own CA (`ca_pem`, `ca_path`); `authorize=True`
-    authenticates every request by bearer token and authorizes it with RBAC (module docstring).
+    authenticates every request by bearer token and authorizes it with RBAC (module docstring);
+    `driver_verb=False` leaves out the driver verb a claim's status.devices write needs.
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, kube_version: str = "1.34",
                  device_taints: bool = True, history_limit: int = 100_000, tls: bool = False,
                  authorize: bool = False,
                  token_min_expiration_s: int = tokenrequest.MIN_EXPIRATION_S,
-                 bookmark_interval: float = BOOKMARK_INTERVAL_S) -> None:
+                 bookmark_interval: float = BOOKMARK_INTERVAL_S,
+                 driver_verb: bool = True) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = Registry()
         self.policy = Policy()
@@ -179,7 +181,7 @@ class FakeKube:
         self.requests = RequestLog()
         authorizer = Authorizer(self.store)
         self.api = Api(self.store, self.registry, self.policy, authorizer,
-                       Options(kube_version, device_taints))
+                       Options(kube_version, device_taints, driver_verb))
         self._denials = Denials()
         # The apiserver's floor for a TokenRequest's expirationSeconds; a test lowers it to
         # watch a token expire.

@@ -54,7 +54,7 @@ def _expiration(spec: JsonObject, floor: int) -> int:
     return seconds
 
 
-def _check_bound(fake: FakeKube, namespace: str, ref: JsonObject | None) -> dict[str, str]:
+def check_bound(fake: FakeKube, namespace: str, ref: JsonObject | None) -> dict[str, str]:
     """The bound object checked; what the token's identity then carries about it (a pod's
     token names its node too, as the apiserver's do since 1.32)."""
     if not ref:
@@ -102,7 +102,7 @@ def create(fake: FakeKube, namespace: str, name: str, body: JsonObject) -> JsonO
         raise status.not_found(status.Resource("", "serviceaccounts", "ServiceAccount", name))
     spec = dict(body.get("spec") or {})
     seconds = _expiration(spec, fake.token_min_expiration_s)
-    bound = _check_bound(fake, namespace, spec.get("boundObjectRef"))
+    bound = check_bound(fake, namespace, spec.get("boundObjectRef"))
     audiences = tuple(spec.get("audiences") or ()) or fake.policy.api_audiences
     now = time.time()
     token = fake.service_account_token(namespace, name, audiences=audiences,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from fakekube import tokenrequest
 from fakekube.server import FakeKube
 from simnode.cluster import control
 from simnode.cluster.api import Api
@@ -75,7 +76,11 @@ class Embedded:
     """The fake API inside `up`; `control` holds its actors once started."""
 
     def __init__(self, identities: Path, *, node: str) -> None:
-        self.kube = FakeKube(tls=True, authorize=True)
+        # Without the driver verb check (fakekube.claimdriver) for now: the simulated
+        # scheduler's consumer allocations (simnode/node/pod_node.claim) name no node, as a
+        # real scheduler's always do for a node's devices, so the operator's status.devices
+        # write would need arbitrary-node:patch. On once that allocation has its nodeSelector.
+        self.kube = FakeKube(tls=True, authorize=True, driver_verb=False)
         self.identities = identities
         self.node = node
         self._control: control.ControlPlane | None = None
@@ -117,7 +122,12 @@ class Embedded:
         return self.kube.ca_pem
 
     def issue_token(self, namespace: str, account: str, pod: JsonObject) -> IssuedToken:
-        return IssuedToken(self.kube.service_account_token(namespace, account))
+        # Bound to the pod, as the kubelet's projected token is: the API server then knows
+        # the pod's node, which a driver's write of a claim's status.devices needs.
+        meta = pod["metadata"]
+        bound = tokenrequest.check_bound(self.kube, namespace, {
+            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta.get("uid")})
+        return IssuedToken(self.kube.service_account_token(namespace, account, bound=bound))
 
     def create_pod(self, template: PodTemplate) -> JsonObject:
         return self.control.create_pod(template)
