@@ -70,6 +70,7 @@ BUILD: Final = REPO / "build-support" / "kube" / "build"
 # the OpenAPI of every built-in kind (about 10 s on a quiet machine here).
 START_TIMEOUT_S: Final = 180.0
 WAIT_S: Final = 60.0
+PORT_ATTEMPTS: Final = 3
 FIXTURE_USER: Final = "realapi:fixture"
 ADMIN_USER: Final = "system:admin"
 MASTERS: Final = "system:masters"
@@ -256,10 +257,7 @@ class RealKube:
             self.pki = pki.ensure(self.work / "pki", node="realapi-node", node_ip="127.0.0.1",
                                   api_ips=["127.0.0.1"])
             self.paths.logs.mkdir(parents=True, exist_ok=True)
-            self._etcd = self._run("etcd", components.etcd(
-                self.paths, client=self.etcd_url, peer=self._etcd_peer),
-                lambda: _get(f"{self.etcd_url}/health")[0] == 200)
-            self.start_apiserver()
+            self._start_on_free_ports()
             # What the controller-manager would make: the ServiceAccount admission plugin
             # refuses a pod whose namespace lacks its `default` ServiceAccount.
             for namespace in ("default", "kube-system", "kube-public"):
@@ -271,6 +269,34 @@ class RealKube:
             self.stop()
             raise
         return self
+
+    def _start_on_free_ports(self) -> None:
+        """etcd and the API server, on other free ports when one was taken between its choice
+        and the bind (another session starting its own at the same moment)."""
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._etcd = self._run("etcd", components.etcd(
+                    self.paths, client=self.etcd_url, peer=self._etcd_peer),
+                    lambda: _get(f"{self.etcd_url}/health")[0] == 200)
+                self.start_apiserver()
+                return
+            except RealApiError as exc:
+                logs = "".join(_tail(self.paths.logs / f"{n}.log", 0)
+                               for n in ("etcd", "kube-apiserver"))
+                if "address already in use" not in logs or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                log.warning("realapi: a port was taken (%s); starting on others", exc)
+                self.stop_apiserver()
+                if self._etcd is not None:
+                    with contextlib.suppress(ProcessError):
+                        self._etcd.stop(grace=10)
+                    self._etcd = None
+                shutil.rmtree(self.work / "etcd", ignore_errors=True)
+                for name in ("etcd", "kube-apiserver"):
+                    (self.paths.logs / f"{name}.log").unlink(missing_ok=True)
+                self.etcd_url = f"http://127.0.0.1:{free_port()}"
+                self._etcd_peer = f"http://127.0.0.1:{free_port()}"
+                self.port = free_port()
 
     def _webhook_config(self) -> Path:
         path = self.work / "token-webhook.kubeconfig"
