@@ -240,6 +240,11 @@ class Api:
                 raise status.invalid(t.kind.resource(name), bad)
             stamp = strategy.now()
             obj.update(apiVersion=t.kind.api_version(t.version), kind=t.kind.kind)
+            # Unknown fields of the body as sent, status included (prepare_create drops it).
+            sent_unknown = self.schemas.unknown_fields(t.kind, t.version, obj)
+            if sent_unknown and _field_validation(params) == "Strict":
+                unknown = ", ".join(f'unknown field "{p}"' for p in sent_unknown)
+                raise status.bad_request(f"strict decoding error: {unknown}")
             strategy.prepare_create(t.kind, obj, stamp=stamp)
             strategy.prepare(t.kind, obj, None, device_taints=self.options.device_taints,
                              stamp=stamp)
@@ -249,10 +254,11 @@ class Api:
             if self.store.get(t.kind.key, t.ns, name) is not None:
                 raise status.already_exists(t.kind.resource(name))
             if _dry_run(params):
-                return Reply(201, _out(t, checked.obj), _warnings(checked.unknown))
+                return Reply(201, _out(t, checked.obj),
+                             _warnings((*sent_unknown, *checked.unknown)))
             stored = self.store.put(t.kind.key, checked.obj)
             self._after_write(t.kind, stored)
-        return Reply(201, _out(t, stored), _warnings(checked.unknown))
+        return Reply(201, _out(t, stored), _warnings((*sent_unknown, *checked.unknown)))
 
     def _free_name(self, t: Target, prefix: str) -> str:
         for _ in range(8):
@@ -464,4 +470,5 @@ class Api:
 
 
 def _warnings(unknown: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f'unknown field "{path}"' for path in unknown)
+    # In the apiserver's order: sorted by path, not as the body had them.
+    return tuple(f'unknown field "{path}"' for path in sorted(set(unknown)))
