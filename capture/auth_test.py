@@ -1,5 +1,7 @@
 """Reviews: bearer parsing, audiences, the answers' mapping to 401/403/503, the bounded caches,
-shared concurrent reviews, and the real HTTP calls against the fake apiserver."""
+shared concurrent reviews, and the real HTTP calls against the fake apiserver (and, with
+DISPLAY_OPERATOR_REAL_API=1, the in-cluster calls against a real kube-apiserver 1.37:
+`tests.support.realapi`)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from capture.auth import (
     User,
 )
 from fakekube.server import FakeKube
+from tests.support import realapi
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 DISPLAY = "node-a.card0-hdmi-a-1"
 
@@ -212,6 +216,62 @@ def test_in_cluster_reviews_verify_the_mounted_ca_and_follow_a_rotated_token(
                 await reviews.close()
 
         assert asyncio.run(asyncio.wait_for(scenario(), 30)) == User("alice", groups=())
+
+
+def test_in_cluster_reviews_of_service_account_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    real_kube: realapi.RealKube | None,  # noqa: F811
+) -> None:
+    """As in a cluster: the capture container's ServiceAccount (allowed the two reviews)
+    reviews a viewer's ServiceAccount token issued for captures, and RBAC on
+    displays/capture decides; the identity is the one the API server gives the token."""
+    from tests.support.https_apiserver import ServiceAccountDir
+
+    with realapi.api_server(real_kube, tls=True, authorize=True) as server:
+        for namespace, name in (("team", "viewer"), ("display", "capture")):
+            if server.get("v1", "Namespace", namespace) is None:
+                server.create({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": namespace}})
+            server.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": {"name": name, "namespace": namespace}})
+        capture = "system:serviceaccount:display:capture"
+        server.allow("create", "tokenreviews", user=capture, api_group="authentication.k8s.io")
+        server.allow("create", "subjectaccessreviews", user=capture,
+                     api_group="authorization.k8s.io")
+        server.allow("get", "displays", group="system:serviceaccounts:team",
+                     api_group="display.liken.sh", subresource="capture", name=DISPLAY)
+        viewer = server.service_account_token("team", "viewer", audiences=[auth.AUDIENCE])
+        for_the_api = server.service_account_token("team", "viewer")
+        (tmp_path / "ca").write_bytes(server.ca_pem)
+        account = ServiceAccountDir(tmp_path / "sa", ca=tmp_path / "ca",
+                                    token=server.service_account_token("display", "capture"))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", server.host)
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+
+        async def scenario() -> User:
+            reviews = HttpReviews(None, account=account.root)
+            try:
+                reviewer = Reviewer(reviews, ttl_s=1.0)
+                user = await reviewer.authenticate(viewer)
+                await reviewer.authorize(user, DISPLAY)
+                with pytest.raises(ForbiddenError):
+                    await reviewer.authorize(user, "node-a.card0-dp-1")
+                with pytest.raises(UnauthenticatedError):
+                    await reviewer.authenticate("nope")
+                with pytest.raises(UnauthenticatedError, match="audience display-capture"):
+                    await reviewer.authenticate(for_the_api)
+                return user
+            finally:
+                await reviews.close()
+
+        user = asyncio.run(asyncio.wait_for(scenario(), 60))
+        assert (user.username, user.groups) == (
+            "system:serviceaccount:team:viewer",
+            ("system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated"))
+        viewer_account = server.get("v1", "ServiceAccount", "viewer", namespace="team")
+        assert viewer_account is not None and user.uid == viewer_account["metadata"]["uid"]
+        assert [key for key, _ in user.extra] == ["authentication.kubernetes.io/credential-id"]
 
 
 def test_a_token_authenticated_for_another_audience_is_refused() -> None:

@@ -48,12 +48,13 @@ def async_client(url: str, *, namespace: str | None = None, field_manager: str |
 
 
 def run_async(url: str, scenario: Callable[[AsyncClient], Awaitable[T]], *,
-              timeout: float) -> T:
-    """`scenario(client)` on a fresh event loop with an AsyncClient for `url`, bounded by
-    `timeout` seconds; the client is closed whatever happens."""
+              timeout: float, token: str | None = None, ca: Ca = None) -> T:
+    """`scenario(client)` on a fresh event loop with an AsyncClient for `url` (with `token`
+    and `ca`, as `async_client`), bounded by `timeout` seconds; the client is closed whatever
+    happens."""
 
     async def main() -> T:
-        client = async_client(url)
+        client = async_client(url, token=token, ca=ca)
         try:
             return await asyncio.wait_for(scenario(client), timeout)
         finally:

@@ -10,6 +10,7 @@ binding conditions, or of ResourceClaim status against its allocation.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -36,7 +37,20 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-_ATTRIBUTE_KINDS = ("int", "bool", "string", "version")
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+# The apiserver's own wording (apimachinery's validation), which clients show users.
+DNS_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+                 "or '-', and must start and end with an alphanumeric character (e.g. "
+                 "'my-name',  or '123-abc', regex used for validation is "
+                 "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                     "characters, '-' or '.', and must start and end with an alphanumeric "
+                     "character (e.g. 'example.com', regex used for validation is "
+                     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+C_IDENTIFIER_MSG = ("a valid C identifier must start with alphabetic character or '_', followed "
+                    "by a string of alphanumeric characters or '_' (e.g. 'my_name',  or "
+                    "'MY_NAME',  or 'MyName', regex used for validation is "
+                    "'[A-Za-z_][A-Za-z0-9_]*')")
 
 
 def is_dns_subdomain(value: object, *, max_len: int = 253) -> bool:
@@ -47,15 +61,37 @@ def is_dns_label(value: object) -> bool:
     return isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
 
 
+def go_value(value: object) -> str:
+    """A value as the apiserver's field errors print it: strings quoted, numbers bare."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
 def _invalid(path: str, message: str) -> Cause:
     return Cause(path, "FieldValueInvalid", f"Invalid value: {message}")
 
 
-def _qualified_name_ok(name: str) -> bool:
+def _invalid_value(path: str, value: object, detail: str) -> Cause:
+    return _invalid(path, f"{go_value(value)}: {detail}")
+
+
+def _qualified_name_causes(name: str, path: str) -> list[Cause]:
+    """An attribute or capacity name: a C identifier of at most 32 bytes, optionally after a
+    DNS subdomain and '/'; the apiserver names the map, not the key, in its answer."""
     domain, _, ident = name.rpartition("/")
+    causes = []
     if domain and not is_dns_subdomain(domain, max_len=63):
-        return False
-    return len(ident) <= 32 and bool(_C_IDENTIFIER.match(ident))
+        causes.append(_invalid_value(path, domain, DNS_SUBDOMAIN_MSG))
+    if len(ident) > 32:
+        causes.append(Cause(path, "FieldValueTooLong", "Too long: may not be more than 32 bytes"))
+    elif not _C_IDENTIFIER.match(ident):
+        causes.append(_invalid_value(path, ident, C_IDENTIFIER_MSG))
+    return causes
 
 
 def _taint_effects(minor: int) -> tuple[str, ...]:
@@ -82,18 +118,17 @@ def prepare_slice(new: JsonObject, old: JsonObject | None, *, device_taints: boo
 def _device_causes(device: JsonObject, path: str, minor: int) -> list[Cause]:
     causes: list[Cause] = []
     if not is_dns_label(device.get("name")):
-        causes.append(_invalid(f"{path}.name", f"{device.get('name')!r}: must be a DNS label"))
+        causes.append(_invalid_value(f"{path}.name", device.get("name"), DNS_LABEL_MSG))
     attrs = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
-    if len(attrs) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        causes.append(Cause(path, "FieldValueTooMany",
-                            f"Too many: {len(attrs) + len(capacity)}: must have at most "
-                            f"{MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities combined"))
-    for name in [*attrs, *capacity]:
-        if not _qualified_name_ok(name):
-            causes.append(_invalid(f"{path}.attributes[{name}]",
-                                   "must be a C identifier of at most 32 characters, optionally "
-                                   "prefixed by a DNS subdomain and '/'"))
+    total = len(attrs) + len(capacity)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        causes.append(_invalid_value(path, total, "the total number of attributes and "
+                                     f"capacities must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}"))
+    for name in attrs:
+        causes.extend(_qualified_name_causes(name, f"{path}.attributes"))
+    for name in capacity:
+        causes.extend(_qualified_name_causes(name, f"{path}.capacity"))
     for name, value in attrs.items():
         causes.extend(_attribute_causes(value, f"{path}.attributes[{name}]"))
     taints = device.get("taints") or []
@@ -104,38 +139,50 @@ def _device_causes(device: JsonObject, path: str, minor: int) -> list[Cause]:
     for j, taint in enumerate(taints):
         tpath = f"{path}.taints[{j}]"
         if not isinstance(taint.get("key"), str) or not _LABEL_KEY.match(taint["key"]):
-            causes.append(_invalid(f"{tpath}.key", f"{taint.get('key')!r}: must be a label key"))
+            causes.append(_invalid_value(f"{tpath}.key", taint.get("key"),
+                                         "must be a qualified name"))
         if taint.get("effect") not in _taint_effects(minor):
             causes.append(Cause(f"{tpath}.effect", "FieldValueNotSupported",
-                                f"Unsupported value: {taint.get('effect')!r}: supported values: "
-                                f"{', '.join(_taint_effects(minor))}"))
+                                f"Unsupported value: {go_value(taint.get('effect'))}: supported "
+                                "values: " + ", ".join(go_value(e) for e in
+                                                       sorted(_taint_effects(minor)))))
     return causes
 
 
 def _attribute_causes(value: object, path: str) -> list[Cause]:
     if not isinstance(value, dict):
         return [_invalid(path, "must be an object")]
-    present = [k for k in _ATTRIBUTE_KINDS if value.get(k) is not None]
+    # The list kinds are named in the answer but, their gate (DRAListTypeAttributes) off on
+    # 1.37, dropped before validation: an attribute of a list alone has no value.
+    present = [k for k in _ATTRIBUTE_KINDS[:4] if value.get(k) is not None]
     if len(present) != 1:
-        return [_invalid(path, f"exactly one value must be specified, got {present}")]
+        kinds = ", ".join(f"`{k}`" for k in _ATTRIBUTE_KINDS)
+        if not present:
+            return [_invalid_value(path, "", f"must specify one of: {kinds}")]
+        return [_invalid_value(path, "{" + ", ".join(sorted(present)) + "}",
+                               f"must specify exactly one of: {kinds}")]
     kind, item = present[0], value[present[0]]
     if kind in ("string", "version") and len(str(item)) > MAX_ATTRIBUTE_STRING:
         return [Cause(f"{path}.{kind}", "FieldValueTooLong",
                       f"Too long: may not be more than {MAX_ATTRIBUTE_STRING} bytes")]
     if kind == "version" and not _SEMVER.match(str(item)):
-        return [_invalid(f"{path}.version", f"{item!r}: must be a semantic version")]
+        return [_invalid_value(f"{path}.version", item,
+                               "must be a string compatible with semver.org spec 2.0.0")]
     return []
 
 
 def _node_selection_causes(spec: JsonObject) -> list[Cause]:
     chosen = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
               if spec.get(k)]
-    if len(chosen) != 1:
-        return [Cause("spec", "FieldValueRequired" if not chosen else "FieldValueForbidden",
-                      "exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
-                      f"`perDeviceNodeSelection` is required, got {chosen}")]
+    one_of = ("exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` "
+              "is required")
+    if not chosen:
+        return [Cause("spec", "FieldValueRequired", f"Required value: {one_of}")]
+    if len(chosen) > 1:
+        fields = "{" + ", ".join(f"`{k}`" for k in chosen) + "}"
+        return [_invalid_value("spec", fields, f"{one_of}, but multiple fields are set")]
     if "nodeName" in chosen and not is_dns_subdomain(spec["nodeName"]):
-        return [_invalid("spec.nodeName", f"{spec['nodeName']!r}: must be a DNS subdomain")]
+        return [_invalid_value("spec.nodeName", spec["nodeName"], DNS_SUBDOMAIN_MSG)]
     return []
 
 
@@ -145,11 +192,13 @@ def _pool_causes(pool: JsonObject) -> list[Cause]:
     if not isinstance(name, str) or len(name) > 253 or not all(
             is_dns_subdomain(part) for part in name.split("/")):
         causes.append(_invalid("spec.pool.name",
-                               f"{name!r}: must be DNS subdomains separated by '/'"))
+                               f"{go_value(name)}: must be DNS subdomains separated by '/'"))
     if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] <= 0:
-        causes.append(_invalid("spec.pool.resourceSliceCount", "must be greater than zero"))
+        causes.append(_invalid_value("spec.pool.resourceSliceCount",
+                                     pool.get("resourceSliceCount"), "must be greater than zero"))
     if not isinstance(pool.get("generation"), int) or pool["generation"] < 0:
-        causes.append(_invalid("spec.pool.generation", "must be greater than or equal to 0"))
+        causes.append(_invalid_value("spec.pool.generation", pool.get("generation"),
+                                     "must be greater than or equal to 0"))
     return causes
 
 
@@ -157,8 +206,7 @@ def slice_causes(new: JsonObject, old: JsonObject | None, *, minor: int) -> list
     spec = new.get("spec") or {}
     causes: list[Cause] = []
     if not is_dns_subdomain(spec.get("driver"), max_len=63):
-        causes.append(_invalid("spec.driver",
-                               f"{spec.get('driver')!r}: must be a DNS subdomain of at most 63"))
+        causes.append(_invalid_value("spec.driver", spec.get("driver"), DNS_SUBDOMAIN_MSG))
     causes.extend(_pool_causes(spec.get("pool") or {}))
     causes.extend(_node_selection_causes(spec))
     devices = spec.get("devices") or []
@@ -172,8 +220,9 @@ def slice_causes(new: JsonObject, old: JsonObject | None, *, minor: int) -> list
     for i, device in enumerate(devices):
         causes.extend(_device_causes(device, f"spec.devices[{i}]", minor))
         if device.get("name") in seen:
-            causes.append(Cause(f"spec.devices[{i}].name", "FieldValueDuplicate",
-                                f"Duplicate value: {device.get('name')!r}"))
+            # The apiserver names the list entry, with the duplicated key as its value.
+            causes.append(Cause(f"spec.devices[{i}]", "FieldValueDuplicate",
+                                f"Duplicate value: {go_value(device.get('name'))}"))
         seen.add(str(device.get("name")))
     if old is not None:
         old_spec = old.get("spec") or {}
@@ -189,7 +238,7 @@ def slice_causes(new: JsonObject, old: JsonObject | None, *, minor: int) -> list
 def _request_causes(request: JsonObject, path: str) -> list[Cause]:
     causes: list[Cause] = []
     if not is_dns_label(request.get("name")):
-        causes.append(_invalid(f"{path}.name", f"{request.get('name')!r}: must be a DNS label"))
+        causes.append(_invalid_value(f"{path}.name", request.get("name"), DNS_LABEL_MSG))
     chosen = [k for k in ("exactly", "firstAvailable") if request.get(k)]
     if len(chosen) != 1:
         causes.append(Cause(path, "FieldValueRequired",
@@ -222,7 +271,8 @@ def claim_causes(new: JsonObject, old: JsonObject | None) -> list[Cause]:
     for i, request in enumerate(requests):
         causes.extend(_request_causes(request, f"spec.devices.requests[{i}]"))
         if request.get("name") in names:
-            causes.append(Cause(f"spec.devices.requests[{i}].name", "FieldValueDuplicate",
-                                f"Duplicate value: {request.get('name')!r}"))
+            # The whole request as the value (the apiserver's also shows its defaults).
+            causes.append(Cause(f"spec.devices.requests[{i}]", "FieldValueDuplicate",
+                                f"Duplicate value: {go_value(request)}"))
         names.add(str(request.get("name")))
     return causes

@@ -4,8 +4,10 @@ the API server's, else 401; then the authorizer's decision on the request's attr
 403 with the apiserver's Status body. Each 401 and 403 is logged on one line and kept as a
 `Denial`, so a test or `simnode status` can show what was refused.
 
-Unlike a default kube-apiserver there is no anonymous user: a request without a token is a 401
-(the fake is never reached by anything that should not present one).
+A request without a token is the anonymous user (`system:anonymous` in
+`system:unauthenticated`), authorized like any other, as a default kube-apiserver
+(`--anonymous-auth=true`) does: the bootstrap roles let it read /healthz, /livez, /readyz and
+/version and nothing else. A token that is not known is a 401.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from typing import Any
 from fakekube import requestinfo, status
 from fakekube.rbac import Authorizer
 from fakekube.requestinfo import Attributes
-from fakekube.reviews import Identity, Policy
+from fakekube.reviews import DEFAULT_AUDIENCE, Identity, Policy
 
 log = logging.getLogger(__name__)
 JsonObject = dict[str, Any]
 _KEPT_DENIALS = 10_000
+ANONYMOUS = Identity("system:anonymous", groups=("system:unauthenticated",),
+                     audiences=(DEFAULT_AUDIENCE,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ def bearer_token(header: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def _forbidden_reason(user: str, attrs: Attributes) -> str:
+def forbidden_reason(user: str, attrs: Attributes) -> str:
     # The apiserver's forbiddenMessage, which clients and people read.
     if not attrs.resource_request:
         return f'User "{user}" cannot {attrs.verb} path "{attrs.path}"'
@@ -96,7 +100,9 @@ class Guard:
 
     def authenticate(self, header: str | None) -> Identity | None:
         token = bearer_token(header)
-        who = self.policy.identity(token) if token else None
+        if token is None:
+            return ANONYMOUS
+        who = self.policy.identity(token)
         if who is None or not set(who.audiences) & set(self.policy.api_audiences):
             return None
         return who
@@ -112,7 +118,7 @@ class Guard:
         decision = self.authorizer.authorize(who.username, who.groups, attrs)
         if decision.allowed:
             return who
-        why = _forbidden_reason(who.username, attrs)
+        why = forbidden_reason(who.username, attrs)
         if decision.reason:
             why += f": {decision.reason}"
         plural = attrs.resource if attrs.resource_request else ""

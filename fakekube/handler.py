@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from fakekube import admin, patch, status, tokenrequest
 from fakekube.faults import RequestRecord
 from fakekube.rest import Reply, Target
+from fakekube.reviews import Identity
 from fakekube.store import Closed, Watcher
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
     # every keep-alive request.
     disable_nagle_algorithm = True
     _user = ""  # who sent the request being answered, for the request log
+    _who: Identity | None = None  # and who they are, when the fake authorizes
 
     @property
     def fake(self) -> FakeKube:
@@ -116,6 +118,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         self._user = ""  # a keep-alive connection's next request may be someone else's
+        self._who = None
         url = urllib.parse.urlsplit(self.path)
         params = {k: v[-1] for k, v in
                   urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
@@ -151,8 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         the fake does not authorize); the caller is kept for the request log."""
         guard = self.fake.guard
         if guard is not None:
-            self._user = guard.check(self.command, self.path,
-                                     self.headers.get("Authorization")).username
+            self._who = guard.check(self.command, self.path, self.headers.get("Authorization"))
+            self._user = self._who.username
 
     def _outage(self, query: str) -> bool:
         """Act out the current outage; True when the request is answered (or dropped)."""
@@ -203,9 +206,10 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return api.get(t)
         if method == "PUT":
-            return api.replace(t, patch.decode_object(raw, content_type), params)
+            return api.replace(t, patch.decode_object(raw, content_type), params,
+                               who=self._who)
         if method == "PATCH":
-            return api.patch(t, raw, content_type, params)
+            return api.patch(t, raw, content_type, params, who=self._who)
         if method == "DELETE" and t.subresource is None:
             options = patch.decode_object(raw, patch.JSON) if raw else None
             return api.delete(t, params, options)
@@ -277,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
             self._chunk(json.dumps({"type": "ERROR", "object": e.body()}).encode() + b"\n")
             self._chunk(b"")
             return
-        deadline = time.monotonic() + int(timeout) if timeout else None
+        # timeoutSeconds=0 is no timeout asked (the apiserver then picks its own, minutes).
+        deadline = time.monotonic() + int(timeout) if timeout and int(timeout) else None
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
         try:
             self._start_stream(query)

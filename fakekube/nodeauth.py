@@ -5,6 +5,9 @@ NodeRestriction admission plugin adds folded in: a kubelet writes the status of 
 its node and its own Node object only. Requests of other users, and of nodes on anything else,
 get no opinion here and go on to RBAC.
 
+A kubelet lists and watches pods only with the field selector `spec.nodeName=<itself>`
+(AuthorizeNodeWithSelectors, on since 1.34).
+
 Not modelled: the graph that limits a node's reads of secrets, configmaps and claims to those
 its pods reference (claims are readable by any node here).
 """
@@ -15,6 +18,7 @@ from typing import Any
 
 from fakekube.requestinfo import Attributes
 from fakekube.rules import Decision, rule_allows
+from fakekube.selectors import SelectorError, parse_fields
 from fakekube.store import Store
 
 JsonObject = dict[str, Any]
@@ -45,8 +49,20 @@ def node_name(user: str, groups: tuple[str, ...]) -> str | None:
     return None
 
 
+def _selects_own_pods(node: str, attrs: Attributes) -> bool:
+    try:
+        selector = parse_fields(attrs.field_selector)
+    except SelectorError:
+        return False
+    return any(t.field == "spec.nodeName" and t.value == node and not t.negate
+               for t in selector.terms)
+
+
 def _own_node_refusal(store: Store, node: str, attrs: Attributes) -> str | None:
-    """Why NodeRestriction refuses this write, or None."""
+    """Why the Node authorizer or NodeRestriction refuses this request, or None."""
+    if (attrs.api_group == "" and attrs.resource == "pods" and not attrs.subresource
+            and attrs.verb in ("list", "watch") and not _selects_own_pods(node, attrs)):
+        return "node: can only list/watch pods with spec.nodeName field selector"
     if attrs.api_group != "" or attrs.verb not in ("update", "patch"):
         return None
     if attrs.resource == "nodes" and attrs.name != node:

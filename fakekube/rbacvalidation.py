@@ -61,6 +61,10 @@ def binding_causes(new: JsonObject, old: JsonObject | None, *, namespaced: bool)
     for i, subject in enumerate(new.get("subjects") or ()):
         causes += _subject_causes(i, subject, namespaced)
     if old is not None and (old.get("roleRef") or {}) != ref:
+        # The apiserver prints the Go struct, field names capitalized.
+        shown = {"APIGroup": ref.get("apiGroup", ""), "Kind": ref.get("kind", ""),
+                 "Name": ref.get("name", "")}
         causes.append(Cause("roleRef", "FieldValueInvalid",
-                            f"Invalid value: {json.dumps(ref)}: cannot change roleRef"))
+                            f"Invalid value: {json.dumps(shown, separators=(',', ':'))}: "
+                            "field is immutable"))
     return causes

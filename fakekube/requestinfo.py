@@ -37,6 +37,8 @@ class Attributes:
     resource: str = ""
     subresource: str = ""
     name: str = ""
+    field_selector: str = ""
+    """A list's or watch's `fieldSelector` as sent (the Node authorizer reads it)."""
 
     @property
     def combined_resource(self) -> str:
@@ -87,6 +89,7 @@ def attributes(method: str, raw_path: str) -> Attributes:
         name = _name_from_selector(query)
     if not name and verb == "delete":
         verb = "deletecollection"
+    selector = (query.get("fieldSelector") or [""])[-1] if verb in ("list", "watch") else ""
     return Attributes(verb=verb, resource_request=True, path=url.path, api_group=group,
                       api_version=version, namespace=namespace, resource=resource,
-                      subresource=subresource, name=name)
+                      subresource=subresource, name=name, field_selector=selector)

@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fakekube import patch, reviews, status, strategy
+from fakekube import claimdriver, patch, reviews, status, strategy
 from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind, Registry, field_value, kind_from_crd
 from fakekube.rbac import Authorizer
+from fakekube.reviews import Identity
 from fakekube.schema import FieldValidation, Schemas
 from fakekube.selectors import SelectorError, parse_fields, parse_labels
 from fakekube.status import Cause
@@ -27,6 +28,7 @@ JsonObject = dict[str, Any]
 Params = Mapping[str, str]
 NAMESPACES = ("", "namespaces")
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+CLAIMS = ("resource.k8s.io", "resourceclaims")
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -59,10 +61,12 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class Options:
     """`kube_version` picks the built-in schemas and version-dependent DRA limits;
-    `device_taints` is the DRADeviceTaints gate (off by default on 1.34/1.35, on from 1.36)."""
+    `device_taints` is the DRADeviceTaints gate (off by default on 1.34/1.35, on from 1.36);
+    `driver_verb` the check of a claim's status.devices writes (`fakekube.claimdriver`, 1.36+)."""
 
     kube_version: str = "1.34"
     device_taints: bool = True
+    driver_verb: bool = True
 
 
 _FIELD_VALIDATIONS: dict[str, FieldValidation] = {"Ignore": "Ignore", "Warn": "Warn",
@@ -236,6 +240,11 @@ class Api:
                 raise status.invalid(t.kind.resource(name), bad)
             stamp = strategy.now()
             obj.update(apiVersion=t.kind.api_version(t.version), kind=t.kind.kind)
+            # Unknown fields of the body as sent, status included (prepare_create drops it).
+            sent_unknown = self.schemas.unknown_fields(t.kind, t.version, obj)
+            if sent_unknown and _field_validation(params) == "Strict":
+                unknown = ", ".join(f'unknown field "{p}"' for p in sent_unknown)
+                raise status.bad_request(f"strict decoding error: {unknown}")
             strategy.prepare_create(t.kind, obj, stamp=stamp)
             strategy.prepare(t.kind, obj, None, device_taints=self.options.device_taints,
                              stamp=stamp)
@@ -245,10 +254,11 @@ class Api:
             if self.store.get(t.kind.key, t.ns, name) is not None:
                 raise status.already_exists(t.kind.resource(name))
             if _dry_run(params):
-                return Reply(201, _out(t, checked.obj), _warnings(checked.unknown))
+                return Reply(201, _out(t, checked.obj),
+                             _warnings((*sent_unknown, *checked.unknown)))
             stored = self.store.put(t.kind.key, checked.obj)
             self._after_write(t.kind, stored)
-        return Reply(201, _out(t, stored), _warnings(checked.unknown))
+        return Reply(201, _out(t, stored), _warnings((*sent_unknown, *checked.unknown)))
 
     def _free_name(self, t: Target, prefix: str) -> str:
         for _ in range(8):
@@ -270,7 +280,8 @@ class Api:
 
     # -- update ------------------------------------------------------------------------------
 
-    def replace(self, t: Target, body: JsonObject, params: Params) -> Reply:
+    def replace(self, t: Target, body: JsonObject, params: Params, *,
+                who: Identity | None = None) -> Reply:
         self._check_type(t, body)
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, "", t.name):
@@ -281,7 +292,7 @@ class Api:
         with self.store.lock:
             current = self._current(t)
             self._preconditions(t, current, meta, require=not t.kind.unconditional_update)
-            return self._commit(t, current, body, params)
+            return self._commit(t, current, body, params, who=who, verb="update")
 
     def _preconditions(self, t: Target, current: JsonObject, meta: JsonObject, *,
                        require: bool) -> None:
@@ -298,7 +309,9 @@ class Api:
                                                 f"{uid}, UID in object meta: "
                                                 f"{current['metadata']['uid']}")
 
-    def _commit(self, t: Target, current: JsonObject, body: JsonObject, params: Params) -> Reply:
+    def _commit(self, t: Target, current: JsonObject, body: JsonObject, params: Params, *,
+                who: Identity | None = None, verb: str = "update") -> Reply:
+        """`who` (None: the fake authorizes nothing) wrote `body` over `current` by `verb`."""
         status_only = t.subresource == "status"
         new = strategy.merge_update(t.kind, current, body, status_only=status_only)
         new.update(apiVersion=current["apiVersion"], kind=t.kind.kind)
@@ -309,6 +322,8 @@ class Api:
                                      field_validation=_field_validation(params))
         new = checked.obj
         strategy.check(t.kind, new, current, minor=self.minor)
+        if who is not None and t.kind.key == CLAIMS and status_only and self.options.driver_verb:
+            claimdriver.check(self.authorizer, who, verb, new, current, t.resource())
         strategy.bump_generation(t.kind, current, new)
         warnings = _warnings(checked.unknown)
         if strategy.same_object(current, new) or _dry_run(params):
@@ -320,7 +335,8 @@ class Api:
         self._after_write(t.kind, stored)
         return Reply(200, _out(t, stored), warnings)
 
-    def patch(self, t: Target, raw: bytes, content_type: str, params: Params) -> Reply:
+    def patch(self, t: Target, raw: bytes, content_type: str, params: Params, *,
+              who: Identity | None = None) -> Reply:
         how = patch.patch_kind(content_type)
         if how == "apply" and not params.get("fieldManager"):
             raise status.bad_request("PATCH with apply requires the fieldManager parameter")
@@ -337,7 +353,7 @@ class Api:
             if meta.get("name") != t.name or meta.get("namespace", "") != t.ns:
                 raise status.bad_request("a patch may not change metadata.name or namespace")
             self._preconditions(t, current, meta, require=False)
-            return self._commit(t, current, patched, params)
+            return self._commit(t, current, patched, params, who=who, verb="patch")
 
     def _patched(self, t: Target, current: JsonObject, body: Any, how: str) -> JsonObject:
         if how == "json":
@@ -454,4 +470,5 @@ class Api:
 
 
 def _warnings(unknown: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f'unknown field "{path}"' for path in unknown)
+    # In the apiserver's order: sorted by path, not as the body had them.
+    return tuple(f'unknown field "{path}"' for path in sorted(set(unknown)))

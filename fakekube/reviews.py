@@ -36,6 +36,12 @@ class Identity:
     audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
     expires_at: float | None = None
     """Seconds since the epoch after which the token no longer authenticates (None: never)."""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The user's `extra` as a TokenReview shows it: a ServiceAccount token's credential id,
+    and the pod and node it is bound to."""
+
+    def extra_value(self, key: str) -> str | None:
+        return next((values[0] for k, values in self.extra if k == key and values), None)
 
 
 class Policy:
@@ -51,12 +57,13 @@ class Policy:
     def add_token(self, token: str, username: str, *, uid: str = "",
                   groups: tuple[str, ...] = (),
                   audiences: tuple[str, ...] | None = None,
-                  expires_at: float | None = None) -> None:
+                  expires_at: float | None = None,
+                  extra: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
         """A token issued for `audiences` (the API server's own when None), valid until
         `expires_at` (seconds since the epoch; None: for ever)."""
         with self._lock:
             self._tokens[token] = Identity(username, uid, groups,
-                                           audiences or self.api_audiences, expires_at)
+                                           audiences or self.api_audiences, expires_at, extra)
 
     def identity(self, token: str) -> Identity | None:
         """Who the token is, or None for a token never issued or expired."""
@@ -92,6 +99,8 @@ def token_review(policy: Policy, body: JsonObject) -> JsonObject:
             user: JsonObject = {"username": who.username, "groups": list(who.groups)}
             if who.uid:
                 user["uid"] = who.uid
+            if who.extra:
+                user["extra"] = {k: list(v) for k, v in who.extra}
             result = {"authenticated": True, "user": user, "audiences": granted}
     return {**body, "metadata": body.get("metadata") or {}, "status": result}
 

@@ -193,12 +193,29 @@ def _required_cause(err: jsonschema.ValidationError) -> Cause:
     return Cause(field_path([*err.absolute_path, name]), "FieldValueRequired", "Required value")
 
 
+# kube-openapi's wording of a CRD schema's failures (as kube-apiserver 1.37.2 answers them):
+# "<field> in body should ...".
+_BOUNDS = {"minimum": "greater than or equal to", "maximum": "less than or equal to"}
+
+
 def _invalid_cause(err: jsonschema.ValidationError) -> Cause:
     if err.validator == "required":
         return _required_cause(err)
-    reason = "FieldValueTypeInvalid" if err.validator in _TYPE_VALIDATORS else "FieldValueInvalid"
+    path = field_path(err.absolute_path)
     shown = json.dumps(err.instance)[:80]
-    return Cause(field_path(err.absolute_path), reason, f"Invalid value: {shown}: {err.message}")
+    if err.validator == "enum":
+        values: list[Any] = list(err.validator_value)  # type: ignore[arg-type]
+        allowed = ", ".join(json.dumps(v) for v in values)
+        return Cause(path, "FieldValueNotSupported",
+                     f"Unsupported value: {shown}: supported values: {allowed}")
+    if err.validator == "pattern":
+        return Cause(path, "FieldValueInvalid", f"Invalid value: {shown}: {path} in body "
+                                                f"should match '{err.validator_value}'")
+    if err.validator in _BOUNDS:
+        return Cause(path, "FieldValueInvalid", f"Invalid value: {shown}: {path} in body "
+                     f"should be {_BOUNDS[str(err.validator)]} {err.validator_value}")
+    reason = "FieldValueTypeInvalid" if err.validator in _TYPE_VALIDATORS else "FieldValueInvalid"
+    return Cause(path, reason, f"Invalid value: {shown}: {err.message}")
 
 
 class Schemas:
@@ -221,6 +238,20 @@ class Schemas:
             unknown = ", ".join(f'unknown field "{p}"' for p in dropped)
             raise status.bad_request(f"strict decoding error: {unknown}")
         return Checked(body, tuple(dropped))
+
+    def unknown_fields(self, kind: Kind, version: str, obj: JsonObject) -> tuple[str, ...]:
+        """The fields the schema does not know in `obj` as sent, status included: the
+        apiserver decodes (and warns) before its strategy drops what a create may not set."""
+        body = copy_json(obj)
+        dropped: list[str] = []
+        if kind.builtin_schema:
+            found = _builtin(self.minor, kind.kind, kind.api_version(version))
+            if found is not None:
+                _prune(body, found.root, found.defs, [], dropped, root=True)
+        elif kind.schemas.get(version):
+            schema, _ = _custom(json.dumps(kind.schemas[version], sort_keys=True))
+            _prune(body, schema, {}, [], dropped, root=True)
+        return tuple(dropped)
 
     def _check_builtin(self, kind: Kind, version: str, body: JsonObject, name: str,
                        dropped: list[str]) -> None:

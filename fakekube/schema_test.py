@@ -3,6 +3,7 @@ errors on built-in kinds, and structural pruning, defaults and validation of cus
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from lightkube.types import PatchType
 from fakekube import testing
 from fakekube.schema import Schemas
 from fakekube.server import FakeKube
-from fakekube.testing import as_dict, failure, load
+from fakekube.testing import as_dict, call, failure, load
+from tests.support import realapi
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 Display = create_global_resource("display.liken.sh", "v1alpha1", "Display", "displays")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -129,3 +132,52 @@ def test_a_crd_schema_that_declares_metadata_never_prunes_it(fake: FakeKube) -> 
     )
     assert stored["metadata"]["name"] == "n1.card0-dp-1"
     assert stored["metadata"]["labels"] == {"a": "b"}
+
+
+@pytest.fixture
+def api(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
+    """The fake, or with DISPLAY_OPERATOR_REAL_API=1 a real kube-apiserver 1.37."""
+    with realapi.api_server(real_kube) as server:
+        server.register_crd(testing.display_crd())
+        yield server
+
+
+DISPLAYS = "/apis/display.liken.sh/v1alpha1/displays"
+TRANSFORMS = '"normal", "rotate-90", "rotate-180", "rotate-270"'
+
+
+@pytest.mark.parametrize(("spec", "cause"), [
+    ({"mode": "fast"}, ("spec.mode", "FieldValueInvalid",
+                        "Invalid value: \"fast\": spec.mode in body should match "
+                        "'^(preferred|\\d+x\\d+@\\d+)$'")),
+    ({"transform": "sideways"}, ("spec.transform", "FieldValueNotSupported",
+                                 f'Unsupported value: "sideways": supported values: {TRANSFORMS}')),
+    ({"scale": 0}, ("spec.scale", "FieldValueInvalid",
+                    "Invalid value: 0: spec.scale in body should be greater than or equal to 1")),
+], ids=["pattern", "enum", "minimum"])
+def test_a_crd_schema_failure_as_the_server_words_it(api: ApiServer, spec: JsonObject,
+                                                     cause: tuple[str, str, str]) -> None:
+    """The CRD schema's answers word for word as kube-apiserver 1.37.2 gives them (clients and
+    people read the message)."""
+    body = testing.display("d1")
+    body["spec"].update(spec)
+    reply = call(api.url, "POST", DISPLAYS, body, **realapi.client_options(api))
+    assert reply.code == 422, reply.body
+    field, reason, message = cause
+    assert reply.body["details"]["causes"] == [
+        {"field": field, "reason": reason, "message": message}]
+    assert reply.body["message"] == (
+        f'Display.display.liken.sh "d1" is invalid: {field}: {message}')
+
+
+def test_unknown_fields_are_warned_of_in_path_order_status_included(api: ApiServer) -> None:
+    """Decoding warns of every unknown field as sent, the status a create does not keep
+    included."""
+    body = testing.display("d1")
+    body["spec"].update(zeta=1, alpha=2)
+    body["status"] = {"bogus": True}
+    reply = call(api.url, "POST", DISPLAYS, body, **realapi.client_options(api))
+    assert reply.code == 201, reply.body
+    assert reply.headers.get_all("Warning") == [
+        f'299 - "unknown field \\"{path}\\""'
+        for path in ("spec.alpha", "spec.zeta", "status.bogus")]

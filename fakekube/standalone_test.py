@@ -148,7 +148,7 @@ def test_tls_and_authorize_print_the_ca_and_the_admin_token() -> None:
         assert url.startswith("https://127.0.0.1:")
         ca = Path(ca_line.removeprefix("ca-file=")).read_bytes()
         admin = token_line.removeprefix("admin-token=")
-        assert testing.call(url, "GET", "/api/v1/nodes", ca=ca).code == 401
+        assert testing.call(url, "GET", "/api/v1/nodes", token="unknown", ca=ca).code == 401
         assert testing.call(url, "GET", "/api/v1/nodes", token=admin, ca=ca).code == 200
         # An out-of-process caller issues a ServiceAccount token and reads the denial it caused.
         sa = testing.call(url, "POST", "/_fakekube/service-account-token",

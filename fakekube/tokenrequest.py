@@ -54,23 +54,38 @@ def _expiration(spec: JsonObject, floor: int) -> int:
     return seconds
 
 
-def _check_bound(fake: FakeKube, namespace: str, ref: JsonObject | None) -> None:
+def check_bound(fake: FakeKube, namespace: str, ref: JsonObject | None) -> dict[str, str]:
+    """The bound object checked; what the token's identity then carries about it (a pod's
+    token names its node too, as the apiserver's do since 1.32)."""
     if not ref:
-        return
-    if ref.get("kind") != "Pod" or ref.get("apiVersion", "v1") != "v1":
+        return {}
+    kind = ref.get("kind")
+    if kind not in ("Pod", "Node") or ref.get("apiVersion", "v1") != "v1":
         raise status.invalid(_RESOURCE, [Cause(
             "spec.boundObjectRef.kind", "FieldValueNotSupported",
-            f'Unsupported value: {ref.get("kind")!r}: supported values (in fakekube): "Pod"')])
+            f'Unsupported value: {ref.get("kind")!r}: supported values (in fakekube): "Pod", '
+            '"Node"')])
     name = str(ref.get("name") or "")
-    pod = fake.store.get(("", "pods"), namespace, name)
-    if pod is None:
-        raise status.not_found(status.Resource("", "pods", "Pod", name))
+    plural = "pods" if kind == "Pod" else "nodes"
+    found = fake.store.get(("", plural), namespace if kind == "Pod" else "", name)
+    if found is None:
+        raise status.not_found(status.Resource("", plural, str(kind), name))
     uid = ref.get("uid")
-    if uid and uid != pod["metadata"].get("uid"):
-        raise status.conflict(status.Resource("", "pods", "Pod", name),
+    if uid and uid != found["metadata"].get("uid"):
+        raise status.conflict(status.Resource("", plural, str(kind), name),
                               f"the UID in the bound object reference ({uid}) does not match"
                               " the UID in record. The object might have been deleted and then"
                               " recreated")
+    if kind == "Node":
+        return {"node-name": name, "node-uid": str(found["metadata"].get("uid", ""))}
+    bound = {"pod-name": name, "pod-uid": str(found["metadata"].get("uid", ""))}
+    node = (found.get("spec") or {}).get("nodeName")
+    if node:
+        bound["node-name"] = str(node)
+        node_obj = fake.store.get(("", "nodes"), "", str(node))
+        if node_obj is not None:
+            bound["node-uid"] = str(node_obj["metadata"].get("uid", ""))
+    return bound
 
 
 def _timestamp(at: float) -> str:
@@ -87,11 +102,11 @@ def create(fake: FakeKube, namespace: str, name: str, body: JsonObject) -> JsonO
         raise status.not_found(status.Resource("", "serviceaccounts", "ServiceAccount", name))
     spec = dict(body.get("spec") or {})
     seconds = _expiration(spec, fake.token_min_expiration_s)
-    _check_bound(fake, namespace, spec.get("boundObjectRef"))
+    bound = check_bound(fake, namespace, spec.get("boundObjectRef"))
     audiences = tuple(spec.get("audiences") or ()) or fake.policy.api_audiences
     now = time.time()
     token = fake.service_account_token(namespace, name, audiences=audiences,
-                                       expires_at=now + seconds)
+                                       expires_at=now + seconds, bound=bound)
     return {"apiVersion": API_VERSION, "kind": "TokenRequest",
             "metadata": {"name": name, "namespace": namespace,
                          "creationTimestamp": _timestamp(now)},

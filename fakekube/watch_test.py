@@ -1,11 +1,13 @@
 """Watches as lightkube drives them: synthetic ADDED from "0", replay from N, 410 after
 compaction, streams ended cleanly or cut, server timeouts, selector transitions, and the wire
-format of the chunked stream."""
+format of the chunked stream. With DISPLAY_OPERATOR_REAL_API=1 the tests that need no fault hook
+run against a real kube-apiserver 1.37 (`tests.support.realapi`)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +23,30 @@ from fakekube import testing
 from fakekube.client import sync_client
 from fakekube.server import FakeKube
 from fakekube.testing import as_dict, failure, load
+from tests.support import realapi
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 WAIT_SECONDS = 20.0
 JsonObject = dict[str, Any]
 Seen = list[tuple[str, str]]
+# The fake's compact() stands for history older than anything the apiserver still serves: a
+# real one answers recent versions from its watch cache whatever etcd compacted.
+COMPACTION = "compact() and history_limit, the fake's fault hooks"
+
+
+@pytest.fixture
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
+    with realapi.api_server(real_kube) as server:
+        yield server
+
+
+@pytest.fixture
+def client(fake: ApiServer) -> Iterator[Client]:
+    c = sync_client(fake.url, **realapi.client_options(fake))
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def start_taking(events: Iterator[tuple[str, Any]],
@@ -61,7 +83,7 @@ def _slice(client: Client, name: str, **kwargs: Any) -> str:
     return str(created["metadata"]["resourceVersion"])
 
 
-def _watch_requests(fake: FakeKube) -> list[str | None]:
+def _watch_requests(fake: ApiServer) -> list[str | None]:
     return [r.param("resourceVersion") for r in fake.request_log() if r.param("watch") == "true"]
 
 
@@ -85,16 +107,18 @@ def test_watch_from_n_replays_only_later_history(client: Client) -> None:
     assert take(events, 2) == [("ADDED", "b"), ("DELETED", "a")]
 
 
-def test_deleted_event_carries_the_deletion_resource_version(fake: FakeKube,
+def test_deleted_event_carries_the_deletion_resource_version(fake: ApiServer,
                                                              client: Client) -> None:
     rv = _slice(client, "a")
     client.delete(ResourceSlice, "a")
     [(kind, obj)] = take_objects(client.watch(ResourceSlice, resource_version=rv), 1)
     assert kind == "DELETED"
-    assert obj["metadata"]["resourceVersion"] == str(fake.store.resource_version)
     assert int(obj["metadata"]["resourceVersion"]) > int(rv)
+    if isinstance(fake, FakeKube):  # a real store's version moves on with its own leases
+        assert obj["metadata"]["resourceVersion"] == str(fake.store.resource_version)
 
 
+@realapi.fake_only(COMPACTION)
 def test_watch_from_a_compacted_version_raises_410_expired(fake: FakeKube,
                                                            client: Client) -> None:
     rv = _slice(client, "a")
@@ -107,6 +131,7 @@ def test_watch_from_a_compacted_version_raises_410_expired(fake: FakeKube,
     assert status["message"] == f"too old resource version: {rv} ({compacted})"
 
 
+@realapi.fake_only(COMPACTION)
 def test_lightkube_retry_restarts_an_expired_watch_from_scratch(fake: FakeKube,
                                                                 client: Client) -> None:
     rv = _slice(client, "a")
@@ -117,6 +142,7 @@ def test_lightkube_retry_restarts_an_expired_watch_from_scratch(fake: FakeKube,
     assert _watch_requests(fake) == [rv, None]
 
 
+@realapi.fake_only(COMPACTION)
 def test_history_limit_expires_only_versions_older_than_what_it_keeps() -> None:
     small = FakeKube(history_limit=2).start()
     client = sync_client(small.url)
@@ -134,6 +160,7 @@ def test_history_limit_expires_only_versions_older_than_what_it_keeps() -> None:
         small.stop()
 
 
+@realapi.fake_only("drop_watches(), a fault hook")
 def test_a_cleanly_dropped_watch_resumes_from_the_last_version(fake: FakeKube,
                                                                client: Client) -> None:
     _slice(client, "a")
@@ -146,6 +173,7 @@ def test_a_cleanly_dropped_watch_resumes_from_the_last_version(fake: FakeKube,
     assert _watch_requests(fake) == [None, str(last)]
 
 
+@realapi.fake_only("drop_watches(), a fault hook")
 def test_an_abruptly_dropped_watch_is_a_transport_error(fake: FakeKube, client: Client) -> None:
     _slice(client, "a")
     events = client.watch(ResourceSlice)
@@ -157,7 +185,7 @@ def test_an_abruptly_dropped_watch_is_a_transport_error(fake: FakeKube, client: 
     assert type(err.value).__name__ == "RemoteProtocolError"
 
 
-def test_server_timeout_ends_the_stream_and_lightkube_rewatches(fake: FakeKube,
+def test_server_timeout_ends_the_stream_and_lightkube_rewatches(fake: ApiServer,
                                                                 client: Client) -> None:
     rv = _slice(client, "a")
     events = client.watch(ResourceSlice, resource_version=rv, server_timeout=1)
@@ -202,11 +230,10 @@ def test_wait_watches_one_object_by_name(client: Client) -> None:
     "/apis/resource.k8s.io/v1/resourceslices?watch=true&timeoutSeconds=1",
     "/apis/resource.k8s.io/v1/watch/resourceslices?timeoutSeconds=1",
 ], ids=["query", "watch-prefix"])
-def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: FakeKube, client: Client,
+def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: ApiServer, client: Client,
                                                             path: str) -> None:
     _slice(client, "a")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(fake.url + path, timeout=WAIT_SECONDS) as resp:
+    with _open(fake, path) as resp:
         assert resp.headers["Transfer-Encoding"] == "chunked"
         lines = resp.read().splitlines()  # returns once the server ends the stream
     events = [json.loads(line) for line in lines]
@@ -215,6 +242,30 @@ def test_stream_is_chunked_json_lines_ending_at_the_timeout(fake: FakeKube, clie
     assert (obj["kind"], obj["apiVersion"]) == ("ResourceSlice", "resource.k8s.io/v1")
 
 
+def _open(fake: ApiServer, path: str) -> Any:
+    """A raw streaming GET of `path` as the administrator."""
+    options = realapi.client_options(fake)
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if "ca" in options:
+        handlers.append(urllib.request.HTTPSHandler(
+            context=ssl.create_default_context(cadata=options["ca"].decode())))
+    headers = {"Authorization": f"Bearer {options['token']}"} if "token" in options else {}
+    return urllib.request.build_opener(*handlers).open(
+        urllib.request.Request(fake.url + path, headers=headers), timeout=WAIT_SECONDS)
+
+
+def test_a_watch_asking_no_timeout_stays_open(fake: ApiServer, client: Client) -> None:
+    """timeoutSeconds=0 is no timeout asked (the server's own, minutes), not an end now: an
+    object made after the watch began still arrives on it."""
+    rv = _slice(client, "a")
+    with _open(fake, "/apis/resource.k8s.io/v1/resourceslices?watch=true&timeoutSeconds=0"
+                     f"&resourceVersion={rv}") as resp:
+        _slice(client, "b")
+        event = json.loads(resp.readline())
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "b")
+
+
+@realapi.fake_only("bookmark_interval, the fake's knob (the apiserver's is about a minute)")
 def test_bookmarks_only_when_allowed_at_the_store_version() -> None:
     with FakeKube(bookmark_interval=0.1) as fake:
         fake.create({"apiVersion": "v1", "kind": "ConfigMap",

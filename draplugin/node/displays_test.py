@@ -1,4 +1,5 @@
-"""displays: Display objects on the fake apiserver with the real CRD from deploy/base."""
+"""displays: Display objects on the fake apiserver with the real CRD from deploy/base (with
+DISPLAY_OPERATOR_REAL_API=1, on a real kube-apiserver 1.37: `tests.support.realapi`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from libdisplay.hardware import drm
 from libdisplay.hardware.modes import parse_mode
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support import realapi
 from tests.support.crds import display_crd
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 NODE = "kiosk-1"
 HDMI = display.display_name(NODE, "card0-hdmi-a-1")
@@ -33,14 +36,15 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    with FakeKube() as server:
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
+    """The fake, or with DISPLAY_OPERATOR_REAL_API=1 a real kube-apiserver 1.37."""
+    with realapi.api_server(real_kube) as server:
         server.register_crd(display_crd())
         yield server
 
 
-def _run(fake: FakeKube, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    return run_async(fake.url, scenario, timeout=WAIT_SECONDS)
+def _run(fake: ApiServer, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
+    return run_async(fake.url, scenario, timeout=WAIT_SECONDS, **realapi.client_options(fake))
 
 
 def _cards(root: Path) -> tuple[drm.Card, ...]:
@@ -59,13 +63,13 @@ def _machine(root: Path) -> tuple[drm.Card, ...]:
     return _cards(root)
 
 
-def _get(fake: FakeKube, name: str) -> dict[str, Any]:
+def _get(fake: ApiServer, name: str) -> dict[str, Any]:
     found = fake.get(display.API_VERSION, display.KIND, name)
     assert found is not None
     return found
 
 
-def test_creates_a_display_per_connector_with_status(fake: FakeKube, tmp_path: Path) -> None:
+def test_creates_a_display_per_connector_with_status(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     observed = displays.Observed(
         ddc={"card0-hdmi-a-1": displays.DdcState(supported=True, capabilities="(vcp(10 60))",
@@ -97,7 +101,7 @@ def test_creates_a_display_per_connector_with_status(fake: FakeKube, tmp_path: P
     assert _get(fake, DP)["status"]["connected"] is False
 
 
-def test_second_pass_writes_nothing(fake: FakeKube, tmp_path: Path) -> None:
+def test_second_pass_writes_nothing(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> dict[str, displays.Result]:
@@ -110,7 +114,7 @@ def test_second_pass_writes_nothing(fake: FakeKube, tmp_path: Path) -> None:
     assert len(patches) == 2  # one status write per Display, at creation
 
 
-def test_spec_a_person_wrote_is_kept_and_labels_added(fake: FakeKube, tmp_path: Path) -> None:
+def test_spec_a_person_wrote_is_kept_and_labels_added(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
                  "metadata": {"name": HDMI},
@@ -127,7 +131,7 @@ def test_spec_a_person_wrote_is_kept_and_labels_added(fake: FakeKube, tmp_path: 
     assert "observedGeneration" not in hdmi["status"]
 
 
-def test_unplugged_monitor_keeps_its_display_disconnected(fake: FakeKube,
+def test_unplugged_monitor_keeps_its_display_disconnected(fake: ApiServer,
                                                           tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
@@ -144,8 +148,10 @@ def test_unplugged_monitor_keeps_its_display_disconnected(fake: FakeKube,
     assert status["conditions"][0]["reason"] == "MonitorDisconnected"
 
 
-def test_conflicting_and_throttled_writes_are_retried(fake: FakeKube, tmp_path: Path) -> None:
+@realapi.fake_only("fail_next_writes, a fault hook")
+def test_conflicting_and_throttled_writes_are_retried(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(2, 429, retry_after=0, resource="displays")
 
     async def scenario(client: AsyncClient) -> tuple[dict[str, displays.Result], int]:
@@ -171,7 +177,7 @@ def test_merge_patch(old: dict[str, Any], new: dict[str, Any], patch: dict[str, 
 
 
 def test_watch_wakes_on_spec_edits_and_deletes_not_on_status_writes(
-    fake: FakeKube, tmp_path: Path
+    fake: ApiServer, tmp_path: Path
 ) -> None:
     cards = _machine(tmp_path)
 
@@ -205,13 +211,13 @@ def _spec_applied(status: dict[str, Any]) -> dict[str, Any]:
     return dict(found)
 
 
-def _status_patches(fake: FakeKube, name: str) -> int:
+def _status_patches(fake: ApiServer, name: str) -> int:
     return len([r for r in fake.request_log()
                 if r.method == "PATCH" and r.path.endswith(f"/{name}/status")])
 
 
 def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
-    fake: FakeKube, tmp_path: Path
+    fake: ApiServer, tmp_path: Path
 ) -> None:
     cards = _machine(tmp_path)
     fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
@@ -241,7 +247,7 @@ def test_a_spec_report_sets_observed_generation_and_spec_applied_once(
 
 
 def test_a_spec_report_with_power_writes_it_and_observing_keeps_it(
-    fake: FakeKube, tmp_path: Path
+    fake: ApiServer, tmp_path: Path
 ) -> None:
     cards = _machine(tmp_path)
     fake.create({"apiVersion": display.API_VERSION, "kind": display.KIND,
@@ -263,7 +269,7 @@ def test_a_spec_report_with_power_writes_it_and_observing_keeps_it(
     assert _spec_applied(status)["message"].endswith("; power Off through KMS")
 
 
-def test_last_transition_time_moves_only_when_the_status_does(fake: FakeKube,
+def test_last_transition_time_moves_only_when_the_status_does(fake: ApiServer,
                                                                tmp_path: Path) -> None:
     cards = _machine(tmp_path)
     held = displays.SpecOutcome.held_by_claim(ClaimRef("ns", "screen", "uid-1"))
@@ -294,7 +300,7 @@ def test_last_transition_time_moves_only_when_the_status_does(fake: FakeKube,
     assert changed["lastTransitionTime"] != old_time
 
 
-def test_a_report_older_than_the_display_is_dropped(fake: FakeKube, tmp_path: Path) -> None:
+def test_a_report_older_than_the_display_is_dropped(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> list[displays.SpecResult]:
@@ -313,7 +319,7 @@ def test_a_report_older_than_the_display_is_dropped(fake: FakeKube, tmp_path: Pa
     assert status["observedGeneration"] == 2 and _spec_applied(status)["reason"] == "Applied"
 
 
-def test_a_status_write_between_read_and_patch_is_not_lost(fake: FakeKube,
+def test_a_status_write_between_read_and_patch_is_not_lost(fake: ApiServer,
                                                             tmp_path: Path) -> None:
     """The report computed from a stale read is refused (409) and made again from a fresh one:
     the other writer's field stays."""
@@ -362,7 +368,7 @@ def test_an_outcome_the_api_would_refuse_names_its_field(build: Callable[[], obj
 
 
 @pytest.mark.parametrize("generation", [0, -1, True])
-def test_a_generation_below_one_is_refused_before_any_call(fake: FakeKube,
+def test_a_generation_below_one_is_refused_before_any_call(fake: ApiServer,
                                                            generation: int) -> None:
     async def scenario(client: AsyncClient) -> None:
         await displays.Displays(client, node=NODE, backoff=FAST).report_spec(HDMI, generation,
@@ -374,14 +380,14 @@ def test_a_generation_below_one_is_refused_before_any_call(fake: FakeKube,
     assert fake.request_log() == []
 
 
-def _display_requests(fake: FakeKube) -> list[str]:
+def _display_requests(fake: ApiServer) -> list[str]:
     """The Display requests since the log was cleared, the watch's own list and watch aside."""
     return [f"{r.method} {r.path.rsplit('/displays', 1)[-1] or '/'}"
             for r in fake.request_log()
             if "/displays" in r.path and not (r.method == "GET" and r.path.endswith("/displays"))]
 
 
-def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: FakeKube,
+def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: ApiServer,
                                                                 tmp_path: Path) -> None:
     """Once the watch has listed, a hotplug, a claim, a spec report and idle passes read no
     Display from the API: only what changed is written."""
@@ -418,7 +424,7 @@ def test_a_listed_node_reads_its_displays_from_the_watch_cache(fake: FakeKube,
     assert claim == [f"PATCH /{HDMI}/status"] * 2
 
 
-def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: FakeKube,
+def test_a_display_the_cache_does_not_hold_is_read_from_the_api(fake: ApiServer,
                                                                  tmp_path: Path) -> None:
     """A Display a person made without the node label is not in the watch's selection: the
     create is refused (409) and the retry reads it from the API, then labels it."""
@@ -463,7 +469,7 @@ class _HeldEvents:
 
 
 def test_a_display_that_enters_the_selection_by_the_operator_s_write_wakes_it(
-        fake: FakeKube, tmp_path: Path) -> None:
+        fake: ApiServer, tmp_path: Path) -> None:
     """A Display the operator creates, or one made by hand that it labels, comes into the
     watch's selection with its spec unobserved; the watch takes the write's event as already
     seen, so the write itself wakes the operator to act on the spec. A reported Display wakes
@@ -495,7 +501,7 @@ def test_a_display_that_enters_the_selection_by_the_operator_s_write_wakes_it(
     assert _run(fake, scenario) == ({HDMI, DP}, set())
 
 
-def test_held_writes_wait_until_let_go(fake: FakeKube, tmp_path: Path) -> None:
+def test_held_writes_wait_until_let_go(fake: ApiServer, tmp_path: Path) -> None:
     cards = _machine(tmp_path)
 
     async def scenario(client: AsyncClient) -> tuple[list[str], dict[str, displays.Result]]:

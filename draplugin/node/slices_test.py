@@ -1,4 +1,5 @@
-"""slices: device attributes from simulated cards, and the Publisher against the fake apiserver."""
+"""slices: device attributes from simulated cards, and the Publisher against the fake apiserver
+(with DISPLAY_OPERATOR_REAL_API=1, a real kube-apiserver 1.37: `tests.support.realapi`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from libdisplay.hardware import drm
 from libdisplay.hardware.modes import parse_mode
 from libdisplay.sim import sysfs as sysfs_tree
 from libdisplay.sim.edid import EdidParams, build_edid
+from tests.support import realapi
+from tests.support.realapi import ApiServer, real_kube  # noqa: F401 - a fixture
 
 NODE = "kiosk-1"
 WAIT_SECONDS = 30.0
@@ -38,17 +41,18 @@ def _tree(root: Path, *connectors: sysfs_tree.SimConnector) -> tuple[drm.Card, .
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeKube]:
-    with FakeKube() as server:
+def fake(real_kube: realapi.RealKube | None) -> Iterator[ApiServer]:  # noqa: F811
+    """The fake, or with DISPLAY_OPERATOR_REAL_API=1 a real kube-apiserver 1.37."""
+    with realapi.api_server(real_kube) as server:
         server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         yield server
 
 
-def _run(fake: FakeKube, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    return run_async(fake.url, scenario, timeout=WAIT_SECONDS)
+def _run(fake: ApiServer, scenario: Callable[[AsyncClient], Awaitable[T]]) -> T:
+    return run_async(fake.url, scenario, timeout=WAIT_SECONDS, **realapi.client_options(fake))
 
 
-def _stored(fake: FakeKube) -> dict[str, Any]:
+def _stored(fake: ApiServer) -> dict[str, Any]:
     found = fake.get("resource.k8s.io/v1", "ResourceSlice", slices.slice_name(NODE))
     assert found is not None
     return found
@@ -127,7 +131,7 @@ def test_long_node_name_gives_a_valid_slice_name() -> None:
     assert len(name) <= 253 and name.endswith(pod.DRIVER)
 
 
-def test_publish_creates_once_then_no_churn(fake: FakeKube, tmp_path: Path) -> None:
+def test_publish_creates_once_then_no_churn(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> list[slices.Sync]:
@@ -146,7 +150,7 @@ def test_publish_creates_once_then_no_churn(fake: FakeKube, tmp_path: Path) -> N
     assert [d["name"] for d in stored["spec"]["devices"]] == ["card0-hdmi-a-1"]
 
 
-def test_hotplug_updates_in_place_keeping_generation(fake: FakeKube, tmp_path: Path) -> None:
+def test_hotplug_updates_in_place_keeping_generation(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     sysfs = sysfs_tree.sysfs_root(tmp_path)
@@ -166,7 +170,7 @@ def test_hotplug_updates_in_place_keeping_generation(fake: FakeKube, tmp_path: P
     assert stored["spec"]["pool"]["generation"] == 0
 
 
-def test_wiped_slice_is_recreated_with_next_generation(fake: FakeKube, tmp_path: Path) -> None:
+def test_wiped_slice_is_recreated_with_next_generation(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> list[slices.Sync]:
@@ -187,9 +191,11 @@ def test_wiped_slice_is_recreated_with_next_generation(fake: FakeKube, tmp_path:
     assert _stored(fake)["spec"]["pool"]["generation"] == 1
 
 
+@realapi.fake_only("fail_next_writes, a fault hook")
 @pytest.mark.parametrize("code", [409, 429], ids=["conflict", "too-many-requests"])
-def test_write_errors_are_retried(fake: FakeKube, tmp_path: Path, code: FaultCode) -> None:
+def test_write_errors_are_retried(fake: ApiServer, tmp_path: Path, code: FaultCode) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(3, code, retry_after=0, resource="resourceslices")
 
     async def scenario(client: AsyncClient) -> tuple[slices.Sync, int]:
@@ -201,7 +207,9 @@ def test_write_errors_are_retried(fake: FakeKube, tmp_path: Path, code: FaultCod
     _stored(fake)
 
 
-def test_persistent_errors_end_in_a_publish_error(fake: FakeKube, tmp_path: Path) -> None:
+@realapi.fake_only("fail_next_writes, a fault hook")
+def test_persistent_errors_end_in_a_publish_error(fake: ApiServer, tmp_path: Path) -> None:
+    assert isinstance(fake, FakeKube)
     fake.fail_next_writes(10, 500, resource="resourceslices")
 
     async def scenario(client: AsyncClient) -> None:
@@ -212,7 +220,7 @@ def test_persistent_errors_end_in_a_publish_error(fake: FakeKube, tmp_path: Path
         _run(fake, scenario)
 
 
-def test_taint_is_set_kept_and_cleared(fake: FakeKube, tmp_path: Path) -> None:
+def test_taint_is_set_kept_and_cleared(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", edid=_edid(name="B")))
 
@@ -233,6 +241,7 @@ def test_taint_is_set_kept_and_cleared(fake: FakeKube, tmp_path: Path) -> None:
     assert all("taints" not in d for d in _stored(fake)["spec"]["devices"])
 
 
+@realapi.fake_only("the DRADeviceTaints gate is GA and locked on in 1.37")
 def test_dropped_taints_do_not_churn(tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
     with FakeKube(device_taints=False) as fake:
@@ -247,7 +256,7 @@ def test_dropped_taints_do_not_churn(tmp_path: Path) -> None:
         assert _run(fake, scenario) == ["created", "unchanged"]
 
 
-def test_watch_recreates_a_wiped_slice_before_the_resync(fake: FakeKube, tmp_path: Path) -> None:
+def test_watch_recreates_a_wiped_slice_before_the_resync(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()))
 
     async def scenario(client: AsyncClient) -> int:
@@ -270,7 +279,7 @@ def test_watch_recreates_a_wiped_slice_before_the_resync(fake: FakeKube, tmp_pat
     assert _stored(fake)["spec"]["pool"]["generation"] == 1
 
 
-def test_update_keeps_time_added_of_unchanged_taints(fake: FakeKube, tmp_path: Path) -> None:
+def test_update_keeps_time_added_of_unchanged_taints(fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     old = "2020-01-01T00:00:00Z"
@@ -295,7 +304,7 @@ def test_update_keeps_time_added_of_unchanged_taints(fake: FakeKube, tmp_path: P
 
 
 def test_an_idle_publisher_sends_nothing_and_a_change_only_its_write(
-        fake: FakeKube, tmp_path: Path) -> None:
+        fake: ApiServer, tmp_path: Path) -> None:
     cards = _tree(tmp_path, sysfs_tree.SimConnector(type="HDMI-A", edid=_edid()),
                   sysfs_tree.SimConnector(type="DP", status="disconnected"))
     sysfs = sysfs_tree.sysfs_root(tmp_path)

@@ -25,6 +25,7 @@ from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
 from libdisplay.pod import DRIVER
 from simnode.cli import clients, report
 from simnode.cli.state import Layout, State, alive, load
+from simnode.cluster import control
 from simnode.cluster.api import DISPLAYS, RESOURCE_CLAIMS, Access, Api, ClusterError
 from simnode.kubelet.plugin import Claim, Kubelet
 from simnode.node import card
@@ -34,7 +35,6 @@ METRICS: Final = ("display_slice_publishes_total", "display_compositor", "displa
                   "display_prepare")
 # Histogram buckets and creation times: too much for a status screen.
 _METRIC_DETAIL: Final = ("display_prepare_duration_seconds_bucket",)
-CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
 NAMESPACE: Final = "default"
 
 
@@ -148,11 +148,8 @@ def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out:
     uid = str(created.get("metadata", {}).get("uid") or "")
     if not uid:
         raise CommandError(f"the API server returned ResourceClaim {name} without a uid")
-    configs = [{"source": "FromClaim", "requests": ["screen"],
-                "opaque": {"driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
-    results = [{"request": "screen", "driver": DRIVER, "pool": state.node_name,
-                "device": monitor.device}]
-    status = {"allocation": {"devices": {"results": results, "config": configs}}}
+    status = {"allocation": control.allocation(state.node_name, monitor.device, parameters,
+                                               driver=DRIVER)}
     try:
         actor(layout, state, "scheduler").patch(RESOURCE_CLAIMS, name, {"status": status},
                                                  namespace=NAMESPACE, subresource="status")

@@ -32,6 +32,7 @@ from libdisplay.pod import DRIVER
 from simnode.cli import report
 from simnode.cli.commands import host_pid, metric_lines
 from simnode.cli.state import Layout, State, load
+from simnode.cluster import control
 from simnode.cluster.api import (
     DISPLAYS,
     RESOURCE_CLAIMS,
@@ -56,7 +57,6 @@ WESTON_CONFIG_VOLUME: Final = "weston-config"
 KUBELET_PODS: Final = Path("/var/lib/kubelet/pods")
 METRICS_PORT: Final = 9200
 DEMO_CLIENT: Final = "/usr/bin/weston-simple-shm"
-CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
 # A consumer's first start pays the scheduler, the kubelet's prepare and a container start on
 # a loaded 2-core machine; a roll pays the pod's four containers.
 CONSUMER_TIMEOUT_S: Final = 180.0
@@ -139,7 +139,7 @@ def _claim_object(name: str, monitor: card.Monitor, parameters: Mapping[str, obj
         "deviceClassName": DRIVER, "selectors": [{"cel": {"expression": selector}}]}}]}
     if parameters:
         devices["config"] = [{"requests": ["screen"], "opaque": {
-            "driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
+            "driver": DRIVER, "parameters": {**control.CONFIG_KIND, **parameters}}}]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": NAMESPACE,
                          "labels": {"app.kubernetes.io/managed-by": "simnode"}},

@@ -34,6 +34,23 @@ SCHEDULER: Final = "system:kube-scheduler"
 PODS: Final = Resource("v1", "pods")
 SECRETS: Final = Resource("v1", "secrets")
 CLAIMS: Final = Resource("resource.k8s.io/v1", "resourceclaims")
+
+# A claim's opaque parameters for this driver (deploy/base/cluster/admission-claim-parameters).
+CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
+
+
+def allocation(node: str, device: str, parameters: Mapping[str, object], *, driver: str,
+               request: str = "screen") -> JsonObject:
+    """A claim's `status.allocation` of one device of `node`'s pool, as the scheduler writes
+    it: with the node selector a node-local device always gets, which the API server's check
+    of the driver's status.devices write (associated-node) reads."""
+    config = {**CONFIG_KIND, **parameters}
+    return {"devices": {
+        "results": [{"request": request, "driver": driver, "pool": node, "device": device}],
+        "config": [{"source": "FromClaim", "requests": [request],
+                    "opaque": {"driver": driver, "parameters": config}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
 TEMPLATES: Final = Resource("resource.k8s.io/v1", "resourceclaimtemplates")
 _IRREGULAR: Final = {"Endpoints": "endpoints"}
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from fakekube import tokenrequest
 from fakekube.server import FakeKube
 from simnode.cluster import control
 from simnode.cluster.api import Api
@@ -117,7 +118,12 @@ class Embedded:
         return self.kube.ca_pem
 
     def issue_token(self, namespace: str, account: str, pod: JsonObject) -> IssuedToken:
-        return IssuedToken(self.kube.service_account_token(namespace, account))
+        # Bound to the pod, as the kubelet's projected token is: the API server then knows
+        # the pod's node, which a driver's write of a claim's status.devices needs.
+        meta = pod["metadata"]
+        bound = tokenrequest.check_bound(self.kube, namespace, {
+            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta.get("uid")})
+        return IssuedToken(self.kube.service_account_token(namespace, account, bound=bound))
 
     def create_pod(self, template: PodTemplate) -> JsonObject:
         return self.control.create_pod(template)

@@ -328,7 +328,6 @@ def _lock(path: Path, *, timeout_s: float) -> IO[bytes]:
 
 
 CONSUMER_NAMESPACE: Final = "default"
-CONFIG_KIND: Final = {"apiVersion": "display.liken.sh/v1alpha1", "kind": "DisplayConfig"}
 
 
 def claim(node: PodNode, device: str, parameters: dict[str, object]) -> tuple[str, str]:
@@ -341,13 +340,9 @@ def claim(node: PodNode, device: str, parameters: dict[str, object]) -> tuple[st
     created = node.control.admin.create(control.CLAIMS, resource_claim(
         name, namespace=CONSUMER_NAMESPACE), namespace=CONSUMER_NAMESPACE)
     uid = str(created["metadata"]["uid"])
-    configs = [{"source": "FromClaim", "requests": ["screen"],
-                "opaque": {"driver": DRIVER, "parameters": {**CONFIG_KIND, **parameters}}}]
-    results = [{"request": "screen", "driver": DRIVER, "pool": node.config.node_name,
-                "device": device}]
     node.control.scheduler.patch(
-        control.CLAIMS, name, {"status": {"allocation": {"devices": {
-            "results": results, "config": configs}}}},
+        control.CLAIMS, name, {"status": {"allocation": control.allocation(
+            node.config.node_name, device, parameters, driver=DRIVER)}},
         namespace=CONSUMER_NAMESPACE, subresource="status")
     with node.kubelet() as kubelet:
         answer = kubelet.prepare([Claim(uid=uid, name=name, namespace=CONSUMER_NAMESPACE)])[uid]

@@ -11,6 +11,7 @@ stay on loopback. Nothing here routes a pod's traffic off the machine (`network.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -20,6 +21,7 @@ from simnode.cluster.local.pki import Pki
 
 K8S_VERSION: Final = "v1.37.2"
 ETCD_CLIENT: Final = "http://127.0.0.1:2379"
+ETCD_PEER: Final = "http://127.0.0.1:2380"
 API_PORT: Final = 6443
 BRIDGE: Final = "cni0"
 # Not 10.88.0.0/16, containerd's and podman's default, which podman's cni-podman0 may hold.
@@ -94,21 +96,26 @@ def write_kubeconfig(path: Path, *, pki: Pki, who: str, server: str) -> Path:
     return path
 
 
-def etcd(paths: Paths) -> list[str]:
+def etcd(paths: Paths, *, client: str = ETCD_CLIENT, peer: str = ETCD_PEER) -> list[str]:
+    """etcd on `client` and `peer` (URLs); a control plane of its own beside the local
+    cluster (`tests.support.realapi`) passes ports of its own."""
     return [paths.exe("etcd"), "--name", "local", "--data-dir", str(paths.state / "etcd"),
-            "--listen-client-urls", ETCD_CLIENT, "--advertise-client-urls", ETCD_CLIENT,
-            "--listen-peer-urls", "http://127.0.0.1:2380",
-            "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-            "--initial-cluster", "local=http://127.0.0.1:2380",
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"local={peer}",
             "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)]
 
 
-def apiserver(paths: Paths, pki: Pki) -> list[str]:
+def apiserver(paths: Paths, pki: Pki, *, etcd: str = ETCD_CLIENT, port: int = API_PORT,
+              bind: str = "0.0.0.0", advertise: str = BRIDGE_IP,
+              extra: Sequence[str] = ()) -> list[str]:
+    """kube-apiserver on `bind`:`port` with etcd at `etcd`; `extra` flags go last (a later
+    flag wins over an earlier one of the same name)."""
     return [
         paths.exe("kube-apiserver"),
-        f"--etcd-servers={ETCD_CLIENT}",
-        "--bind-address=0.0.0.0", f"--secure-port={API_PORT}",
-        f"--advertise-address={BRIDGE_IP}",
+        f"--etcd-servers={etcd}",
+        f"--bind-address={bind}", f"--secure-port={port}",
+        f"--advertise-address={advertise}",
         f"--tls-cert-file={pki.cert('apiserver')}",
         f"--tls-private-key-file={pki.key('apiserver')}",
         f"--client-ca-file={pki.ca}",
@@ -127,6 +134,7 @@ def apiserver(paths: Paths, pki: Pki) -> list[str]:
         # Every request's who, what and answer, so a denial anywhere can be found.
         f"--audit-policy-file={audit_policy(paths)}",
         f"--audit-log-path={paths.audit_log}", "--audit-log-format=json",
+        *extra,
     ]
 
 
