@@ -84,8 +84,15 @@ def test_stat_reads_state_and_cpu_time_past_a_comm_with_parentheses(tmp_path: Pa
 
 
 def test_stat_of_a_sleeping_child_from_the_real_proc(sleeper: int) -> None:
+    # Just after its exec, `sleep` may still be runnable (R) on a loaded machine; it is asleep
+    # once it reaches its nanosleep. A misread field never shows S.
+    deadline = time.monotonic() + WAIT_S
     found = procfs.stat(sleeper)
-    assert found.state == "S" and found.cpu_s >= 0
+    while found.state != "S":
+        assert time.monotonic() < deadline, f"pid {sleeper} never read as asleep: {found}"
+        time.sleep(0.02)
+        found = procfs.stat(sleeper)
+    assert found.cpu_s >= 0
 
 
 def test_a_truncated_stat_is_an_oserror(tmp_path: Path) -> None:
