@@ -419,18 +419,9 @@ class FakeKube:
         """Set `status.containerStatuses[name=container].restartCount` (or the init container's)
         as the kubelet reports it; adds the container status if the pod has none yet."""
         kind = self.registry.by_kind("Pod", group="")
-        field = "initContainerStatuses" if init else "containerStatuses"
-
-        def change(obj: JsonObject) -> None:
-            statuses = obj.setdefault("status", {}).setdefault(field, [])
-            entry = next((s for s in statuses if s.get("name") == container), None)
-            if entry is None:
-                entry = {"name": container, "ready": False, "image": "", "imageID": ""}
-                statuses.append(entry)
-            entry["restartCount"] = count
-
         t = Target(kind, "v1", namespace, pod, "status")
-        return self.api.mutate(t, change).body
+        return self.api.mutate(
+            t, lambda obj: with_restart_count(obj, container, count, init=init)).body
 
     def delete_node_slices(self, node: str, *, driver: str | None = None) -> list[str]:
         """Delete the ResourceSlices of `node` (of one driver, if given), as the kubelet does
@@ -443,3 +434,15 @@ class FakeKube:
 
 def _with_authenticated(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*groups, AUTHENTICATED]))
+
+
+def with_restart_count(pod: JsonObject, container: str, count: int, *, init: bool) -> None:
+    """Set `count` as the container's restartCount in `pod`'s status (an init container's
+    with `init`), adding the container's status if the pod has none yet."""
+    field = "initContainerStatuses" if init else "containerStatuses"
+    statuses = pod.setdefault("status", {}).setdefault(field, [])
+    entry = next((s for s in statuses if s.get("name") == container), None)
+    if entry is None:
+        entry = {"name": container, "ready": False, "image": "", "imageID": ""}
+        statuses.append(entry)
+    entry["restartCount"] = count

@@ -229,12 +229,17 @@ def hang(layout: Layout, *, out: TextIO) -> int:
 
 def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -> None:
     """One PNG of `output` (X1, or a device name) through capture's `shoot`."""
-    state = load(layout)
+    shoot_through(layout.capture_socket, output, path, monitors=load(layout).monitors,
+                  dist=dist, out=out)
+
+
+def shoot_through(socket: Path, output: str, path: Path, *, monitors: int, dist: Path,
+                  out: TextIO) -> None:
+    """capture's `shoot` of `output` (X1, or a device name) through the capture `socket`."""
     with_name = output
     if not output.upper().startswith("X"):
-        with_name = card.find(card.monitors(state.monitors), output).output
-    argv = [str(pex(dist, "capture")), "shoot", f"--socket={layout.capture_socket}",
-            with_name, str(path)]
+        with_name = card.find(card.monitors(monitors), output).output
+    argv = [str(pex(dist, "capture")), "shoot", f"--socket={socket}", with_name, str(path)]
     done = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=60,
                           check=False)
     if done.returncode != 0:

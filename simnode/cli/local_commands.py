@@ -30,7 +30,7 @@ from libdisplay import procfs
 from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
 from libdisplay.pod import DRIVER
 from simnode.cli import report
-from simnode.cli.commands import host_pid, metric_lines
+from simnode.cli.commands import host_pid, metric_lines, shoot_through
 from simnode.cli.state import Layout, State, load
 from simnode.cluster import control
 from simnode.cluster.api import (
@@ -43,7 +43,6 @@ from simnode.cluster.api import (
     Resource,
 )
 from simnode.node import card
-from simnode.node.checkout import child_env, pex
 
 PODS: Final = Resource("v1", "pods")
 DAEMONSETS: Final = Resource("apps/v1", "daemonsets")
@@ -261,17 +260,8 @@ def hang(layout: Layout, *, out: TextIO) -> int:
 
 def shoot(layout: Layout, output: str, path: Path, *, dist: Path, out: TextIO) -> None:
     state = load(layout)
-    with_name = output
-    if not output.upper().startswith("X"):
-        with_name = card.find(card.monitors(state.monitors), output).output
     socket = short_path(layout, weston_config_dir(operator_pod(api(state)))) / "capture.sock"
-    done = subprocess.run([str(pex(dist, "capture")), "shoot", f"--socket={socket}", with_name,
-                           str(path)], env=child_env(), capture_output=True, text=True,
-                          timeout=60, check=False)
-    if done.returncode != 0:
-        raise LocalCommandError(f"capture shoot failed (rc {done.returncode}):"
-                                f" {done.stderr.strip()}")
-    print(f"wrote {path} ({with_name})", file=out, flush=True)
+    shoot_through(socket, output, path, monitors=state.monitors, dist=dist, out=out)
 
 
 def short_path(layout: Layout, directory: Path) -> Path:

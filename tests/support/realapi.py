@@ -54,7 +54,7 @@ import pytest
 from fakekube import grants
 from fakekube.faults import RequestRecord
 from fakekube.guard import Denial
-from fakekube.server import FakeKube
+from fakekube.server import FakeKube, with_restart_count
 from fakekube.testing import RawReply, call
 from libdisplay.processes import Process, ProcessError, start
 from simnode.cluster.local import components, pki
@@ -555,16 +555,10 @@ class RealKube:
                           init: bool = False) -> JsonObject:
         """The container's restartCount in the pod's status, as the kubelet reports it (the
         fake's hook of the same name), written through the status subresource."""
-        field = "initContainerStatuses" if init else "containerStatuses"
         path = self.path("v1", "Pod", pod, namespace=namespace)
         for _ in range(10):
             obj = self._ok("GET", path)
-            statuses = obj.setdefault("status", {}).setdefault(field, [])
-            entry = next((s for s in statuses if s.get("name") == container), None)
-            if entry is None:
-                entry = {"name": container, "ready": False, "image": "", "imageID": ""}
-                statuses.append(entry)
-            entry["restartCount"] = count
+            with_restart_count(obj, container, count, init=init)
             reply = self.call("PUT", f"{path}/status", obj)
             if reply.code != 409:
                 if reply.code >= 300:
