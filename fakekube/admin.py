@@ -158,5 +158,5 @@ def handle(fake: FakeKube, method: str, path: str, raw: bytes) -> tuple[int, Jso
         raise status.no_route()
     if method != "POST":
         raise status.method_not_allowed()
-    body = patch.decode_object(raw, patch.JSON) if raw else {}
+    body = patch.decode_object(raw, patch.JSON, hook) if raw else {}
     return 200, _HOOKS[hook](fake, body)

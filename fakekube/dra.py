@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Final
 
 from fakekube.status import Cause
 
@@ -37,6 +37,10 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
+# Built-in kinds whose required fields are left to the Go validation re-implemented here: the
+# apiserver decodes a missing field as Go's zero value, so it is named by that validation
+# ("spec.pool.name: Required value"), not by the OpenAPI schema's `required`.
+GO_VALIDATED: Final = frozenset({"ResourceSlice"})
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 # The apiserver's own wording (apimachinery's validation), which clients show users.
 DNS_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
@@ -70,6 +74,10 @@ def go_value(value: object) -> str:
     if isinstance(value, int | float):
         return str(value)
     return json.dumps(value, separators=(",", ":"))
+
+
+def _required(path: str) -> Cause:
+    return Cause(path, "FieldValueRequired", "Required value")
 
 
 def _invalid(path: str, message: str) -> Cause:
@@ -117,8 +125,8 @@ def prepare_slice(new: JsonObject, old: JsonObject | None, *, device_taints: boo
 
 def _device_causes(device: JsonObject, path: str, minor: int) -> list[Cause]:
     causes: list[Cause] = []
-    if not is_dns_label(device.get("name")):
-        causes.append(_invalid_value(f"{path}.name", device.get("name"), DNS_LABEL_MSG))
+    if not is_dns_label(device.get("name", "")):
+        causes.append(_invalid_value(f"{path}.name", device.get("name", ""), DNS_LABEL_MSG))
     attrs = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
     total = len(attrs) + len(capacity)
@@ -187,17 +195,22 @@ def _node_selection_causes(spec: JsonObject) -> list[Cause]:
 
 
 def _pool_causes(pool: JsonObject) -> list[Cause]:
+    # A missing field is Go's zero value (the pool is a struct, not a pointer): "" and 0.
     causes: list[Cause] = []
-    name = pool.get("name")
-    if not isinstance(name, str) or len(name) > 253 or not all(
+    name = pool.get("name", "")
+    if name == "":
+        causes.append(_required("spec.pool.name"))
+    elif not isinstance(name, str) or len(name) > 253 or not all(
             is_dns_subdomain(part) for part in name.split("/")):
         causes.append(_invalid("spec.pool.name",
                                f"{go_value(name)}: must be DNS subdomains separated by '/'"))
-    if not isinstance(pool.get("resourceSliceCount"), int) or pool["resourceSliceCount"] <= 0:
-        causes.append(_invalid_value("spec.pool.resourceSliceCount",
-                                     pool.get("resourceSliceCount"), "must be greater than zero"))
-    if not isinstance(pool.get("generation"), int) or pool["generation"] < 0:
-        causes.append(_invalid_value("spec.pool.generation", pool.get("generation"),
+    count = pool.get("resourceSliceCount", 0)
+    if not isinstance(count, int) or count <= 0:
+        causes.append(_invalid_value("spec.pool.resourceSliceCount", count,
+                                     "must be greater than zero"))
+    generation = pool.get("generation", 0)
+    if not isinstance(generation, int) or generation < 0:
+        causes.append(_invalid_value("spec.pool.generation", generation,
                                      "must be greater than or equal to 0"))
     return causes
 
@@ -205,7 +218,9 @@ def _pool_causes(pool: JsonObject) -> list[Cause]:
 def slice_causes(new: JsonObject, old: JsonObject | None, *, minor: int) -> list[Cause]:
     spec = new.get("spec") or {}
     causes: list[Cause] = []
-    if not is_dns_subdomain(spec.get("driver"), max_len=63):
+    if not spec.get("driver"):
+        causes.append(_required("spec.driver"))
+    elif not is_dns_subdomain(spec.get("driver"), max_len=63):
         causes.append(_invalid_value("spec.driver", spec.get("driver"), DNS_SUBDOMAIN_MSG))
     causes.extend(_pool_causes(spec.get("pool") or {}))
     causes.extend(_node_selection_causes(spec))

@@ -143,7 +143,8 @@ class Handler(BaseHTTPRequestHandler):
             reply = self._call(route.target, params, raw)
             self._send_json(reply.code, reply.body, query=url.query, warnings=reply.warnings)
         except status.ApiFailure as e:
-            self._send_json(e.code, e.body(), query=url.query, headers=e.headers)
+            self._send_json(e.code, e.body(), query=url.query, headers=e.headers,
+                            warnings=e.warnings)
         except Exception as e:  # an apiserver answers 500 for a bug, and so does the fake
             log.exception("fakekube failed on %s %s", self.command, self.path)
             failure = status.internal_error(f"{type(e).__name__}: {e}")
@@ -193,25 +194,25 @@ class Handler(BaseHTTPRequestHandler):
             if method != "POST" or t.name is None:
                 raise status.method_not_allowed()
             body = tokenrequest.create(self.fake, t.ns, t.name,
-                                       patch.decode_object(raw, content_type))
+                                       patch.decode_object(raw, content_type, "TokenRequest"))
             return Reply(201, body)
         if t.name is None:
             if method == "GET":
                 return api.list_objects(t, params)
             if method == "POST" and (t.namespace is not None or not t.kind.namespaced):
-                return api.create(t, patch.decode_object(raw, content_type), params)
+                return api.create(t, patch.decode_object(raw, content_type, t.kind.kind), params)
             if method == "DELETE":
                 return api.delete_collection(t, params)
             raise status.method_not_allowed()
         if method == "GET":
             return api.get(t)
         if method == "PUT":
-            return api.replace(t, patch.decode_object(raw, content_type), params,
+            return api.replace(t, patch.decode_object(raw, content_type, t.kind.kind), params,
                                who=self._who)
         if method == "PATCH":
             return api.patch(t, raw, content_type, params, who=self._who)
         if method == "DELETE" and t.subresource is None:
-            options = patch.decode_object(raw, patch.JSON) if raw else None
+            options = patch.decode_object(raw, patch.JSON, "DeleteOptions") if raw else None
             return api.delete(t, params, options)
         raise status.method_not_allowed()
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from fakekube import status
+from fakekube import decodeerror, status
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -48,10 +48,20 @@ def decode_body(raw: bytes, content_type: str) -> Any:
         raise status.bad_request(f"error decoding {content_type} body: {e}") from e
 
 
-def decode_object(raw: bytes, content_type: str) -> dict[str, Any]:
-    body = decode_body(raw, content_type)
+def decode_object(raw: bytes, content_type: str, kind: str) -> dict[str, Any]:
+    """The object a POST or PUT of a `kind` sends; 400 in the apiserver's words when its JSON
+    is broken or not an object (`fakekube.decodeerror`)."""
+    if content_type in (YAML, APPLY):
+        body = decode_body(raw, content_type)
+    else:
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise decodeerror.unrecognized(kind, raw, decodeerror.syntax_error(e)) from e
+        except ValueError as e:  # not UTF-8
+            raise decodeerror.unrecognized(kind, raw, f"invalid character: {e}") from e
     if not isinstance(body, dict):
-        raise status.bad_request(f"the request body must be an object, got {type(body).__name__}")
+        raise decodeerror.unrecognized(kind, raw, decodeerror.not_an_object(body))
     return body
 
 

@@ -103,5 +103,5 @@ def test_apply_bodies_may_be_yaml() -> None:
 
 def test_undecodable_body_is_400() -> None:
     with pytest.raises(status.ApiFailure) as err:
-        patch.decode_object(b"[1, 2]", patch.JSON)
+        patch.decode_object(b"[1, 2]", patch.JSON, "ConfigMap")
     assert err.value.code == 400

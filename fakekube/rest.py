@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,28 +230,30 @@ class Api:
             if meta.get("resourceVersion"):
                 raise status.internal_error(
                     "resourceVersion should not be set on objects to be created")
-            if not meta.get("name") and meta.get("generateName"):
-                meta["name"] = self._free_name(t, str(meta["generateName"]))
-            name = str(meta.get("name") or "")
-            if not name:
-                raise status.invalid(t.kind.resource(), [Cause(
-                    "metadata.name", "FieldValueRequired",
-                    "Required value: name or generateName is required")])
-            if bad := strategy.name_causes(t.kind, name):
-                raise status.invalid(t.kind.resource(name), bad)
-            stamp = strategy.now()
             obj.update(apiVersion=t.kind.api_version(t.version), kind=t.kind.kind)
             # Unknown fields of the body as sent, status included (prepare_create drops it).
             sent_unknown = self.schemas.unknown_fields(t.kind, t.version, obj)
             if sent_unknown and _field_validation(params) == "Strict":
                 unknown = ", ".join(f'unknown field "{p}"' for p in sent_unknown)
                 raise status.bad_request(f"strict decoding error: {unknown}")
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = self._free_name(t, str(meta["generateName"]))
+            name = str(meta.get("name") or "")
+            with _warning_of(sent_unknown):
+                if not name:
+                    raise status.invalid(t.kind.resource(), [Cause(
+                        "metadata.name", "FieldValueRequired",
+                        "Required value: name or generateName is required")])
+                if bad := strategy.name_causes(t.kind, name):
+                    raise status.invalid(t.kind.resource(name), bad)
+            stamp = strategy.now()
             strategy.prepare_create(t.kind, obj, stamp=stamp)
             strategy.prepare(t.kind, obj, None, device_taints=self.options.device_taints,
                              stamp=stamp)
-            checked = self.schemas.check(t.kind, t.version, obj, name=name,
-                                         field_validation=_field_validation(params))
-            strategy.check(t.kind, checked.obj, None, minor=self.minor)
+            with _warning_of(sent_unknown):
+                checked = self.schemas.check(t.kind, t.version, obj, name=name,
+                                             field_validation=_field_validation(params))
+                strategy.check(t.kind, checked.obj, None, minor=self.minor)
             if self.store.get(t.kind.key, t.ns, name) is not None:
                 raise status.already_exists(t.kind.resource(name))
             if _dry_run(params):
@@ -289,6 +292,7 @@ class Api:
                                      f"match the name on the URL ({t.name})")
         if t.kind.namespaced:
             self._check_namespace(t, body)
+        self.schemas.check_types(t.kind, t.version, body)
         with self.store.lock:
             current = self._current(t)
             self._preconditions(t, current, meta, require=not t.kind.unconditional_update)
@@ -318,10 +322,11 @@ class Api:
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         strategy.prepare(t.kind, new, current, device_taints=self.options.device_taints,
                          stamp=strategy.now())
-        checked = self.schemas.check(t.kind, t.version, new, name=t.name or "",
-                                     field_validation=_field_validation(params))
+        with _warning_of(self.schemas.unknown_fields(t.kind, t.version, new)):
+            checked = self.schemas.check(t.kind, t.version, new, name=t.name or "",
+                                         field_validation=_field_validation(params))
+            strategy.check(t.kind, checked.obj, current, minor=self.minor)
         new = checked.obj
-        strategy.check(t.kind, new, current, minor=self.minor)
         if who is not None and t.kind.key == CLAIMS and status_only and self.options.driver_verb:
             claimdriver.check(self.authorizer, who, verb, new, current, t.resource())
         strategy.bump_generation(t.kind, current, new)
@@ -467,6 +472,17 @@ class Api:
                 deleted.append(self._delete_one(one, params, {})[0])
             rv = str(self.store.resource_version)
         return self._list_reply(t, {"resourceVersion": rv}, deleted)
+
+
+@contextlib.contextmanager
+def _warning_of(unknown: tuple[str, ...]) -> Iterator[None]:
+    """A failure inside carries the warnings of the body's unknown fields, as the
+    apiserver's 422 does."""
+    try:
+        yield
+    except status.ApiFailure as e:
+        e.warnings = e.warnings or _warnings(unknown)
+        raise
 
 
 def _warnings(unknown: tuple[str, ...]) -> tuple[str, ...]:

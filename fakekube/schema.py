@@ -27,7 +27,7 @@ from typing import Any, Literal
 import jsonschema
 import jsonschema.protocols
 
-from fakekube import status
+from fakekube import decodeerror, dra, status
 from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind
 from fakekube.schemacheck import Check, compile_check
@@ -218,6 +218,17 @@ def _invalid_cause(err: jsonschema.ValidationError) -> Cause:
     return Cause(path, reason, f"Invalid value: {shown}: {err.message}")
 
 
+def _raise_type_errors(kind: Kind, version: str, errors: list[jsonschema.ValidationError],
+                       found: _Builtin) -> None:
+    for err in errors:
+        if err.validator in _TYPE_VALIDATORS:
+            go_error = decodeerror.type_mismatch(list(err.absolute_path), err.instance,
+                                                 found.root, found.defs, kind.kind)
+            raise status.bad_request(
+                f'{kind.kind} in version "{version}" cannot be handled as a {kind.kind}: '
+                f"{go_error}")
+
+
 class Schemas:
     """Checks bodies against the schemas of one Kubernetes minor version (e.g. "1.34")."""
 
@@ -262,13 +273,24 @@ class Schemas:
         if found.passes is not None and found.passes(body):
             return
         errors = sorted(found.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
-        for err in errors:
-            if err.validator in _TYPE_VALIDATORS:
-                raise status.bad_request(
-                    f'{kind.kind} in version "{version}" cannot be handled as a {kind.kind}: '
-                    f"{field_path(err.absolute_path)}: {err.message}")
+        if kind.kind in dra.GO_VALIDATED:
+            errors = [e for e in errors if e.validator != "required"]
+        _raise_type_errors(kind, version, errors, found)
         if errors:
             raise status.invalid(kind.resource(name), [_invalid_cause(e) for e in errors])
+
+    def check_types(self, kind: Kind, version: str, obj: JsonObject) -> None:
+        """The 400 a built-in kind's body of a wrong JSON type gets as it is decoded, before the
+        apiserver reads the stored object (an update of a missing object is still a 400)."""
+        found = _builtin(self.minor, kind.kind, kind.api_version(version))
+        if not kind.builtin_schema or found is None:
+            return
+        body = copy_json(obj)
+        _prune(body, found.root, found.defs, [], [], root=True)
+        if found.passes is not None and found.passes(body):
+            return
+        errors = sorted(found.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+        _raise_type_errors(kind, version, errors, found)
 
     def _check_custom(self, kind: Kind, version: str, body: JsonObject, name: str,
                       dropped: list[str]) -> None:

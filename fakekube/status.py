@@ -61,6 +61,9 @@ class ApiFailure(Exception):  # noqa: N818 - the apiserver calls these "failures
         self.message = message
         self.details = details
         self.headers = headers or {}
+        # The apiserver warns of what it met while decoding (unknown fields) whatever the
+        # outcome, so a refused write carries its Warning headers too.
+        self.warnings: tuple[str, ...] = ()
 
     def body(self) -> JsonObject:
         status: JsonObject = {
@@ -137,6 +140,8 @@ STALE = ("the object has been modified; please apply your changes to the latest 
 
 def invalid(res: Resource, causes: list[Cause]) -> ApiFailure:
     summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
+    if len(causes) > 1:  # apimachinery's aggregate of several field errors
+        summary = f"[{summary}]"
     details = _details(res, kind=res.kind)
     details["causes"] = [
         {"reason": c.reason, "message": c.message, "field": c.field} for c in causes

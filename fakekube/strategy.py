@@ -48,11 +48,8 @@ def name_causes(kind: Kind, name: str) -> list[Cause]:
     ok = dra.is_dns_label(name) if kind.plural == "namespaces" else dra.is_dns_subdomain(name)
     if ok:
         return []
-    what = "RFC 1123 label" if kind.plural == "namespaces" else "RFC 1123 subdomain"
-    return [Cause("metadata.name", "FieldValueInvalid",
-                  f'Invalid value: "{name}": a lowercase {what} must consist of lower case '
-                  "alphanumeric characters, '-' or '.', and must start and end with an "
-                  "alphanumeric character")]
+    what = dra.DNS_LABEL_MSG if kind.plural == "namespaces" else dra.DNS_SUBDOMAIN_MSG
+    return [Cause("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {what}')]
 
 
 def _crd_status(crd: JsonObject, stamp: str) -> JsonObject:
