@@ -41,6 +41,11 @@ _LABEL_KEY = re.compile(
 # apiserver decodes a missing field as Go's zero value, so it is named by that validation
 # ("spec.pool.name: Required value"), not by the OpenAPI schema's `required`.
 GO_VALIDATED: Final = frozenset({"ResourceSlice"})
+# A claim's spec and allocation never change once set; the apiserver shows no value.
+SPEC_IMMUTABLE: Final = Cause("spec", "FieldValueInvalid",
+                              "Invalid value: null: field is immutable")
+ALLOCATION_SET: Final = Cause("status.allocation", "FieldValueInvalid",
+                              "Invalid value: null: field cannot be modified once set")
 _ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 # The apiserver's own wording (apimachinery's validation), which clients show users.
 DNS_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
@@ -275,7 +280,7 @@ def _request_causes(request: JsonObject, path: str) -> list[Cause]:
 def claim_causes(new: JsonObject, old: JsonObject | None) -> list[Cause]:
     if old is not None:
         if new.get("spec") != old.get("spec"):
-            return [Cause("spec", "FieldValueInvalid", "field is immutable")]
+            return [SPEC_IMMUTABLE]
         return []
     requests = ((new.get("spec") or {}).get("devices") or {}).get("requests") or []
     causes: list[Cause] = []

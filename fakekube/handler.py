@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
-from fakekube import admin, patch, status, tokenrequest
+from fakekube import admin, patch, rawparams, rest, status, tokenrequest
 from fakekube.faults import RequestRecord
 from fakekube.rest import Reply, Target
 from fakekube.reviews import Identity
@@ -200,15 +200,17 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 return api.list_objects(t, params)
             if method == "POST" and (t.namespace is not None or not t.kind.namespaced):
-                return api.create(t, patch.decode_object(raw, content_type, t.kind.kind), params)
+                body = patch.decode_object(raw, content_type, t.kind.kind)
+                return api.create(t, body, params, sent=_sent_parameters(t, raw, body))
             if method == "DELETE":
                 return api.delete_collection(t, params)
             raise status.method_not_allowed()
         if method == "GET":
             return api.get(t)
         if method == "PUT":
-            return api.replace(t, patch.decode_object(raw, content_type, t.kind.kind), params,
-                               who=self._who)
+            body = patch.decode_object(raw, content_type, t.kind.kind)
+            return api.replace(t, body, params, who=self._who,
+                               sent=_sent_parameters(t, raw, body))
         if method == "PATCH":
             return api.patch(t, raw, content_type, params, who=self._who)
         if method == "DELETE" and t.subresource is None:
@@ -366,3 +368,10 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             conn.settimeout(None)
         return True
+
+
+def _sent_parameters(t: Target, raw: bytes, body: JsonObject) -> rawparams.Parameters | None:
+    """A claim's opaque parameters as the request's bytes hold them (fakekube.rawparams)."""
+    if t.kind.key != rest.CLAIMS:
+        return None
+    return rawparams.sent(raw, body)

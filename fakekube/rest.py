@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fakekube import claimdriver, patch, reviews, status, strategy
+from fakekube import claimdriver, patch, rawparams, reviews, status, strategy
 from fakekube.jsoncopy import copy_json
 from fakekube.kinds import Kind, Registry, field_value, kind_from_crd
 from fakekube.rbac import Authorizer
@@ -111,6 +111,8 @@ class Api:
         self.options = options
         self.schemas = Schemas(options.kube_version)
         self.minor = int(options.kube_version.split(".")[1])
+        # Each stored claim's opaque parameters as the bytes sent, by uid (fakekube.rawparams).
+        self.claim_parameters: dict[str, rawparams.Parameters] = {}
         ns_kind = registry.by_kind("Namespace", group="")
         for name in INITIAL_NAMESPACES:
             self.create(Target(ns_kind, "v1"), {"metadata": {"name": name}}, {})
@@ -217,7 +219,9 @@ class Api:
                                      "namespace sent on the request")
         meta["namespace"] = t.ns
 
-    def create(self, t: Target, body: JsonObject, params: Params) -> Reply:
+    def create(self, t: Target, body: JsonObject, params: Params, *,
+               sent: rawparams.Parameters | None = None) -> Reply:
+        """`sent`: a claim's parameters as the body's bytes held them (else compact)."""
         self._check_type(t, body)
         if t.kind.create_only:
             return self._review(t, body)
@@ -261,6 +265,9 @@ class Api:
                              _warnings((*sent_unknown, *checked.unknown)))
             stored = self.store.put(t.kind.key, checked.obj)
             self._after_write(t.kind, stored)
+            if t.kind.key == CLAIMS:
+                spec = (sent or rawparams.compact(stored)).spec
+                self.claim_parameters[stored["metadata"]["uid"]] = rawparams.Parameters(spec, None)
         return Reply(201, _out(t, stored), _warnings((*sent_unknown, *checked.unknown)))
 
     def _free_name(self, t: Target, prefix: str) -> str:
@@ -284,7 +291,7 @@ class Api:
     # -- update ------------------------------------------------------------------------------
 
     def replace(self, t: Target, body: JsonObject, params: Params, *,
-                who: Identity | None = None) -> Reply:
+                who: Identity | None = None, sent: rawparams.Parameters | None = None) -> Reply:
         self._check_type(t, body)
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, "", t.name):
@@ -296,7 +303,7 @@ class Api:
         with self.store.lock:
             current = self._current(t)
             self._preconditions(t, current, meta, require=not t.kind.unconditional_update)
-            return self._commit(t, current, body, params, who=who, verb="update")
+            return self._commit(t, current, body, params, who=who, verb="update", sent=sent)
 
     def _preconditions(self, t: Target, current: JsonObject, meta: JsonObject, *,
                        require: bool) -> None:
@@ -314,8 +321,10 @@ class Api:
                                                 f"{current['metadata']['uid']}")
 
     def _commit(self, t: Target, current: JsonObject, body: JsonObject, params: Params, *,
-                who: Identity | None = None, verb: str = "update") -> Reply:
-        """`who` (None: the fake authorizes nothing) wrote `body` over `current` by `verb`."""
+                who: Identity | None = None, verb: str = "update",
+                sent: rawparams.Parameters | None = None) -> Reply:
+        """`who` (None: the fake authorizes nothing) wrote `body` over `current` by `verb`;
+        `sent`: a claim's parameters as a PUT's bytes held them."""
         status_only = t.subresource == "status"
         new = strategy.merge_update(t.kind, current, body, status_only=status_only)
         new.update(apiVersion=current["apiVersion"], kind=t.kind.kind)
@@ -327,6 +336,9 @@ class Api:
                                          field_validation=_field_validation(params))
             strategy.check(t.kind, checked.obj, current, minor=self.minor)
         new = checked.obj
+        parameters = None
+        if t.kind.key == CLAIMS:
+            parameters = self._claim_parameters(t, current, new, sent, status_only=status_only)
         if who is not None and t.kind.key == CLAIMS and status_only and self.options.driver_verb:
             claimdriver.check(self.authorizer, who, verb, new, current, t.resource())
         strategy.bump_generation(t.kind, current, new)
@@ -338,7 +350,25 @@ class Api:
             return Reply(200, _out(t, self._remove(t.kind, new)), warnings)
         stored = self.store.put(t.kind.key, new)
         self._after_write(t.kind, stored)
+        if parameters is not None:
+            self.claim_parameters[stored["metadata"]["uid"]] = parameters
         return Reply(200, _out(t, stored), warnings)
+
+    def _claim_parameters(self, t: Target, current: JsonObject, new: JsonObject,
+                          sent: rawparams.Parameters | None, *,
+                          status_only: bool) -> rawparams.Parameters:
+        """The bytes a claim's update leaves, refused as the apiserver refuses them when they
+        differ from the stored ones where they may not change."""
+        old = (self.claim_parameters.get(current["metadata"]["uid"])
+               or rawparams.compact(current))
+        written = sent or rawparams.compact(new)
+        if status_only:  # the spec is the stored one, whatever the body said
+            result = rawparams.Parameters(old.spec, written.allocation)
+        else:  # and the status
+            result = rawparams.Parameters(written.spec, old.allocation)
+        if causes := rawparams.update_causes(old, result, status_only=status_only):
+            raise status.invalid(t.resource(), causes)
+        return result
 
     def patch(self, t: Target, raw: bytes, content_type: str, params: Params, *,
               who: Identity | None = None) -> Reply:
@@ -430,6 +460,7 @@ class Api:
         if kind.key == CRDS:
             self._drop_custom_kind(obj)
         last = self.store.remove(kind.key, obj)
+        self.claim_parameters.pop(meta["uid"], None)
         if not orphan:
             self._collect_garbage(meta["uid"])
         return last
