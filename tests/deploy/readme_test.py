@@ -58,7 +58,7 @@ def test_license_is_apache_2() -> None:
     assert "Apache-2.0" in README
 
 
-@pytest.mark.parametrize("path", sorted(set(re.findall(r"\b((?:deploy|docs)/[\w./-]+\w)",
+@pytest.mark.parametrize("path", sorted(set(re.findall(r"(?<![\w/])((?:deploy|docs)/[\w./-]+\w)",
                                                         README + CONTRIBUTING))))
 def test_every_path_the_guides_name_exists(path: str) -> None:
     assert (ROOT / path).exists(), path
