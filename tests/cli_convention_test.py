@@ -148,3 +148,38 @@ def test_capture_shoot_reads_the_socket_the_server_reads(tmp_path: Path) -> None
                   env={"CAPTURE_SOCKET": str(tmp_path / "nothing.sock")})
     assert result.exit_code == 1
     assert "nothing.sock" in result.output
+
+
+def _broken_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """(program, argv, what the error must name): a wrong path or a broken file for each
+    command that reads one."""
+    (tmp / "bad.ini").write_text("[core]\ngarbage\n")
+    (tmp / "bad.yaml").write_text("kind: [\n")
+    (tmp / "bad.edid").write_bytes(b"\x00" * 7)
+    missing = str(tmp / "missing")
+    return [
+        ("declare", ["connectors", f"--sysfs-root={missing}"], missing),
+        ("declare", ["connectors", f"--sysfs-root={missing}", "--json"], missing),
+        ("declare", ["edid", missing], missing),
+        ("declare", ["edid", str(tmp / "bad.edid")], "bad.edid"),
+        ("westonctl", ["outputs", f"--runtime-dir={missing}"], missing),
+        ("westonctl", ["ping", f"--runtime-dir={missing}"], missing),
+        ("draplugin", ["checkpoint", f"--plugin-dir={missing}"], missing),
+        ("draplugin", ["checkpoint", f"--plugin-dir={tmp}"], str(tmp)),
+        ("draplugin", ["cdi", f"--cdi-root={missing}"], missing),
+        ("draplugin", ["ddc", "99", f"--dev-root={missing}"], missing),
+        ("draplugin", ["dry-run", "weston-ini", f"--sysfs-root={missing}"], missing),
+        ("draplugin", ["dry-run", "weston-ini", "--node-name=n",
+                       f"--displays={tmp / 'bad.yaml'}"], "bad.yaml"),
+        ("draplugin", ["dry-run", "cdi", missing, "--node-name=n"], missing),
+        ("capture", ["outputs", f"--config={missing}"], missing),
+        ("capture", ["outputs", f"--config={tmp / 'bad.ini'}"], "bad.ini"),
+        ("capture", ["shoot", "X1", str(tmp / "x.png"), f"--capture-socket={missing}"], missing),
+    ]
+
+
+def test_a_wrong_path_or_a_broken_input_is_an_error_naming_it(tmp_path: Path) -> None:
+    for program, argv, named in _broken_inputs(tmp_path):
+        result = _run(program, *argv)
+        assert result.exit_code != 0, (program, argv, result.output)
+        assert named in result.output, (program, argv, result.output)
