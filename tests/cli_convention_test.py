@@ -6,7 +6,6 @@ subcommand, and help on every option."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +14,19 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from capture.main import cli as capture_cli
+from declare.main import cli as declare_cli
+from draplugin.main import cli as draplugin_cli
 from libdisplay import __version__
+from simnode.cli.main import cli as simnode_cli
+from westonctl.main import cli as westonctl_cli
 
-PROGRAMS = {
-    "declare": "declare.main",
-    "westonctl": "westonctl.main",
-    "draplugin": "draplugin.main",
-    "capture": "capture.main",
-    "simnode": "simnode.cli.main",
+PROGRAMS: dict[str, click.Group] = {
+    "declare": declare_cli,
+    "westonctl": westonctl_cli,
+    "draplugin": draplugin_cli,
+    "capture": capture_cli,
+    "simnode": simnode_cli,
 }
 # The subcommands that only read and print what they find: each takes --json.
 READ_ONLY = {
@@ -38,8 +42,7 @@ READ_ONLY_WITHOUT_JSON = {("simnode", "status")}
 
 
 def _cli(program: str) -> click.Group:
-    group: click.Group = importlib.import_module(PROGRAMS[program]).cli
-    return group
+    return PROGRAMS[program]
 
 
 def _commands(command: click.Command, path: tuple[str, ...]) -> Iterator[
