@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from capture import environment
-from libdisplay.cli import VERSION, setup_logging, weston_config_option
+from libdisplay.cli import binary_group, echo_json, json_option, weston_config_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,12 +24,7 @@ if TYPE_CHECKING:
 _DEFAULT_SOCKET = "/etc/weston/capture.sock"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(VERSION, prog_name="capture")
-@click.option("-v", "--verbose", count=True, help="Log at debug level.")
-def cli(verbose: int) -> None:
-    """Serve screenshots and clips of this node's screens."""
-    setup_logging(verbose)
+cli = binary_group("capture", "Serve screenshots and clips of this node's screens.")
 
 
 @cli.command("capture", epilog=environment.help_text())
@@ -56,9 +51,10 @@ def capture_command() -> None:
 
 
 @cli.command("outputs")
-@weston_config_option("weston.ini whose [output] sections name the outputs (env WESTON_CONFIG).")
-def outputs_command(config: Path) -> None:
-    """List the outputs weston.ini names, one a line."""
+@weston_config_option("weston.ini whose [output] sections name the outputs.")
+@json_option
+def outputs_command(config: Path, as_json: bool) -> None:
+    """List the outputs weston.ini names, one a line (read-only)."""
     from libdisplay.compositor.weston import WestonIni, WestonIniError
 
     try:
@@ -66,6 +62,9 @@ def outputs_command(config: Path) -> None:
             ini = WestonIni.parse(file.read())
     except (OSError, WestonIniError) as exc:
         raise click.ClickException(f"cannot read {config}: {exc}") from exc
+    if as_json:
+        echo_json([{"name": output.name} for output in ini.outputs], indent=2)
+        return
     for output in ini.outputs:
         click.echo(output.name)
 
@@ -73,8 +72,11 @@ def outputs_command(config: Path) -> None:
 @cli.command("shoot")
 @click.argument("output")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--socket", "socket_path", type=click.Path(), default=_DEFAULT_SOCKET,
-              show_default=True, help="The layout capture socket.")
+# `--socket` is its old name (and westonctl's Wayland socket): kept for scripts that use it.
+@click.option("--capture-socket", "--socket", "socket_path", envvar="CAPTURE_SOCKET",
+              type=click.Path(),
+              default=_DEFAULT_SOCKET, show_default=True,
+              help="The layout capture socket, as the server reads it (env CAPTURE_SOCKET).")
 def shoot_command(output: str, file: str, socket_path: str) -> None:
     """Write one PNG of OUTPUT to FILE, straight from the capture socket."""
     from capture.png import encode_png

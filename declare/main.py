@@ -28,7 +28,8 @@ cli = binary_group("declare", "Write weston's config for the monitors on the cla
 @cli.command("declare")
 @node_options
 @weston_config_option("The weston.ini to write.")
-@click.option("--node-name", envvar="NODE_NAME", help="This node's name: Displays are per node.")
+@click.option("--node-name", envvar="NODE_NAME",
+              help="This node's name: Displays are per node (env NODE_NAME).")
 @api_options
 @click.option(
     "--api-timeout",

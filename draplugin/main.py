@@ -12,7 +12,7 @@ import click
 
 from draplugin import options
 from draplugin.diagnose.commands import COMMANDS as DIAGNOSIS_COMMANDS
-from libdisplay.cli import binary_group, node_options, output_aliases
+from libdisplay.cli import binary_group, echo_json, json_option, node_options, output_aliases
 from libdisplay.kube.cli_options import api_options
 
 if TYPE_CHECKING:
@@ -31,7 +31,9 @@ def _seconds_option(flag: str, envvar: str, default: float, help_text: str, *,
 cli = binary_group("draplugin", "Publish this node's monitors and prepare them for claiming pods.")
 
 
-@cli.command("operator")
+@cli.command("operator", epilog="\b\nEnvironment (the pod's downward API):\n"
+             "  POD_NAMESPACE, POD_NAME  this pod, whose weston container's restart count is"
+             " the compositor's crash count (0 without them)")
 @click.option(
     "--node-name",
     envvar="NODE_NAME",
@@ -87,7 +89,8 @@ cli = binary_group("draplugin", "Publish this node's monitors and prepare them f
     default=True,
     show_default=True,
     help="Run the node publisher (slice, Displays, hotplug, watchdog, DDC/CI, metrics); "
-    "--no-publish serves the kubelet alone, for tests of the plugin.",
+    "--no-publish serves the kubelet alone, for tests of the plugin (env PUBLISH: true or "
+    "false).",
 )
 @click.option(
     "--fault-point",
@@ -195,11 +198,15 @@ def power(state: str, selector: str, **api: Any) -> None:
 
 @cli.command("checkpoint")
 @options.plugin_dir
-def checkpoint_cmd(plugin_dir: Path) -> None:
-    """Print the checkpoint of prepared claims (read-only).
+@click.option("--json", "as_json", is_flag=True,
+              help="Print as JSON (the checkpoint is JSON: the same output, as every read-only "
+              "command takes --json).")
+def checkpoint_cmd(plugin_dir: Path, as_json: bool) -> None:
+    """Print the checkpoint of prepared claims, as JSON (read-only).
 
     Fails unless PLUGIN_DIR is the driver's: a directory holding its checkpoint or its dra.sock.
     A running driver with no claim prepared yet prints an empty checkpoint."""
+    del as_json  # JSON either way
     from draplugin.driver import checkpoint
 
     path = checkpoint.path_in(plugin_dir)
@@ -218,7 +225,8 @@ def checkpoint_cmd(plugin_dir: Path) -> None:
 
 @cli.command("cdi")
 @options.cdi_dir
-def cdi_cmd(cdi_root: Path) -> None:
+@json_option
+def cdi_cmd(cdi_root: Path, as_json: bool) -> None:
     """List the claim UIDs that have a CDI spec of this driver (read-only).
 
     Fails unless CDI_ROOT is a directory; an empty list is said on stderr."""
@@ -228,6 +236,10 @@ def cdi_cmd(cdi_root: Path) -> None:
         raise click.ClickException(
             f"CDI root {cdi_root} is not a directory (set --cdi-root or CDI_ROOT)")
     uids = cdi.list_specs(cdi_dir=cdi_root)
+    if as_json:
+        echo_json([{"uid": uid, "path": str(cdi.spec_path(uid, cdi_dir=cdi_root))}
+                   for uid in uids], indent=2)
+        return
     for uid in uids:
         click.echo(f"{uid}\t{cdi.spec_path(uid, cdi_dir=cdi_root)}")
     if not uids:

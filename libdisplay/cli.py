@@ -59,11 +59,25 @@ def echo_json(obj: object, *, indent: int | None = None, sort_keys: bool = False
     click.echo(json.dumps(obj, indent=indent, sort_keys=sort_keys))
 
 
+# Read by setup_logging for every command of every binary, so every group's --help says so.
+LOG_LEVEL_HELP = ("\b\nEnvironment:\n  LOG_LEVEL  a level name (DEBUG, INFO, WARNING, ERROR); wins"
+                  " over -v")
+
+
+def env_help(text: str, envvar: str) -> str:
+    """An option's help naming its environment variable, as every option with one does."""
+    return f"{text.rstrip('.')} (env {envvar})."
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+
+
 def binary_group(name: str, help_text: str) -> click.Group:
     """A binary's top-level command: `--version`, `-v`, and logging set up for every command."""
 
     @click.group(
-        name=name, help=help_text, context_settings={"help_option_names": ["-h", "--help"]}
+        name=name, help=help_text, epilog=LOG_LEVEL_HELP,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
     @click.version_option(VERSION, prog_name=name)
     @click.option("-v", "--verbose", count=True, help="Log at debug level.")
@@ -103,7 +117,7 @@ def compose(*options: Callable[[F], F]) -> Callable[[F], F]:
 
 def _directory_option(flag: str, envvar: str, default: str, help_text: str) -> Callable[[F], F]:
     return click.option(flag, envvar=envvar, default=default, show_default=True,
-                        type=PathParam(file_okay=False), help=help_text)
+                        type=PathParam(file_okay=False), help=env_help(help_text, envvar))
 
 
 sysfs_root_option = _directory_option(
@@ -121,7 +135,7 @@ output_alias_option = click.option(
 runtime_dir_option = _directory_option(
     "--runtime-dir", "WESTON_RUNTIME_DIR", "/var/run/display.liken.sh",
     "weston's XDG_RUNTIME_DIR as weston sees it: the hostPath consumers mount; claims'"
-    " sockets go under its claims/ (env WESTON_RUNTIME_DIR).")
+    " sockets go under its claims/")
 shell_option = click.option(
     "--shell",
     envvar="WESTON_SHELL",
@@ -145,5 +159,5 @@ def weston_config_option(help_text: str) -> Callable[[F], F]:
         default="/etc/weston/weston.ini",
         show_default=True,
         type=PathParam(dir_okay=False),
-        help=help_text,
+        help=env_help(help_text, "WESTON_CONFIG"),
     )

@@ -12,6 +12,7 @@ from libdisplay.cli import (
     PathParam,
     binary_group,
     echo_json,
+    json_option,
     runtime_dir_option,
     weston_config_option,
 )
@@ -31,7 +32,8 @@ _socket_option = click.option(
     envvar="WESTON_SOCKET",
     default=_DEFAULT_SOCKET,
     show_default=True,
-    help="The public Wayland socket's name in the runtime dir (or an absolute path).",
+    help="The public Wayland socket's name in the runtime dir, or an absolute path"
+    " (env WESTON_SOCKET).",
 )
 
 
@@ -46,7 +48,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="Seconds to wait for the config before failing.",
+    help="Seconds to wait for the config before failing (env WESTON_CONFIG_WAIT).",
 )
 @runtime_dir_option
 @_socket_option
@@ -55,20 +57,23 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     envvar="WESTON_BACKEND",
     default="drm-backend.so",
     show_default=True,
-    help="weston's backend (headless-backend.so or x11-backend.so in tests).",
+    help="weston's backend: headless-backend.so or x11-backend.so in tests"
+    " (env WESTON_BACKEND).",
 )
 @click.option(
     "--renderer",
     envvar="WESTON_RENDERER",
     default=None,
-    help="weston's renderer (pixman on a simulated node); default: the backend's own.",
+    help="weston's renderer (pixman on a simulated node); default: the backend's own"
+    " (env WESTON_RENDERER).",
 )
 @click.option(
     "--output-count",
     envvar="WESTON_OUTPUT_COUNT",
     default=None,
     type=click.IntRange(min=1),
-    help="How many outputs a windowed backend (x11) makes; the DRM backend has its heads.",
+    help="How many outputs a windowed backend (x11) makes; the DRM backend has its heads"
+    " (env WESTON_OUTPUT_COUNT).",
 )
 @click.option(
     "--restarts-dir",
@@ -76,7 +81,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     default="/etc/weston/restarts",
     show_default=True,
     type=PathParam(file_okay=False),
-    help="Where the operator writes restart orders naming weston's pid.",
+    help="Where the operator writes restart orders naming weston's pid (env WESTON_RESTARTS_DIR).",
 )
 @click.option(
     "--pid-file",
@@ -84,7 +89,7 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     default="/etc/weston/weston.pid",
     show_default=True,
     type=PathParam(dir_okay=False),
-    help="Where weston's current pid is written.",
+    help="Where weston's current pid is written (env WESTON_PID_FILE).",
 )
 # The debug scopes weston writes to the log beside "log" (drm-backend says why each view goes
 # to a plane or to the renderer). Empty by default because drm-backend writes about a hundred
@@ -97,7 +102,8 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     default="",
     help="Comma-separated weston debug scopes for the log (env WESTON_LOG_SCOPES).",
 )
-@click.option("--stop-grace", default=4.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--stop-grace", default=4.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds weston has to exit after SIGTERM before SIGKILL.")
 @click.argument("weston_args", nargs=-1, type=click.UNPROCESSED)
 def weston(
     config: Path,
@@ -146,8 +152,9 @@ def weston(
 @cli.command()
 @runtime_dir_option
 @_socket_option
-@click.option("--timeout", default=1.0, show_default=True, type=click.FloatRange(min=0.01))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--timeout", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds to wait for weston's answer before calling it hung.")
+@json_option
 def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """Classify the socket: answering, hung, dead or absent (exit 0 only when answering)."""
     from libdisplay.compositor.wayland import Liveness, probe
@@ -171,8 +178,9 @@ def ping(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
 @cli.command()
 @runtime_dir_option
 @_socket_option
-@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.01))
-@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
+@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds to wait for weston's list of outputs.")
+@json_option
 def outputs(runtime_dir: Path, socket: str, timeout: float, as_json: bool) -> None:
     """List the outputs the compositor reports: name, make, model, mode, transform, scale."""
     from libdisplay.compositor.wayland import WaylandError, list_outputs

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+# For a command whose output is a JSON document already: every read-only command takes --json.
+_json_document_option = click.option("--json", "as_json", is_flag=True,
+                                     help="Print as JSON (the output is JSON either way).")
 
 # The operator's flags that shape what it writes.
 _operator_options = compose(
@@ -132,7 +135,9 @@ def _failures() -> tuple[type[Exception], ...]:
 @dry_run.command("weston-ini")
 @_node_option(required=False)
 @_operator_options
-def weston_ini_cmd(**options: Any) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print its sections as JSON: [{\"section\": NAME, \"keys\": {KEY: VALUE}}].")
+def weston_ini_cmd(as_json: bool, **options: Any) -> None:
     """The weston.ini the operator would write: each output at the mode of the prepared claim
     holding it (the checkpoint), else its Display's spec.mode, else the monitor's preferred
     mode."""
@@ -141,9 +146,22 @@ def weston_ini_cmd(**options: Any) -> None:
     if options["display_files"] and not options["node_name"]:
         raise click.UsageError("--displays needs --node-name: Displays are named per node")
     try:
-        click.echo(plans.weston_ini(_settings(options), _kube(options)), nl=False)
+        text = plans.weston_ini(_settings(options), _kube(options))
     except _failures() as err:
         raise click.ClickException(str(err)) from err
+    if as_json:
+        _print_ini_json(text)
+    else:
+        click.echo(text, nl=False)
+
+
+def _print_ini_json(text: str) -> None:
+    """weston.ini's sections in order, each with its keys (a repeated section stays apart)."""
+    from libdisplay.compositor.weston import WestonIni
+
+    sections = WestonIni.parse(text).sections
+    echo_json([{"section": s.name, "keys": {e.key: e.value for e in s.entries()}}
+               for s in sections], indent=2)
 
 
 @dry_run.command("slice")
@@ -153,10 +171,12 @@ def weston_ini_cmd(**options: Any) -> None:
 @click.option("--ddc/--no-ddc", default=True, show_default=True,
               help="Probe each monitor's DDC/CI, as the publisher does, for the `ddc` attribute.")
 @_operator_options
-def slice_cmd(node_uid: str, ddc: bool, **options: Any) -> None:
+@_json_document_option
+def slice_cmd(node_uid: str, ddc: bool, as_json: bool, **options: Any) -> None:
     """The ResourceSlice the operator would publish for this node (JSON)."""
     from draplugin.diagnose import plans
 
+    del as_json  # JSON either way
     try:
         _print_json(plans.resource_slice(_settings(options), node_uid=node_uid, ddc=ddc))
     except _failures() as err:
@@ -167,7 +187,8 @@ def slice_cmd(node_uid: str, ddc: bool, **options: Any) -> None:
 @click.argument("claim_file", type=PathParam(dir_okay=False))
 @_node_option(required=True)
 @_operator_options
-def cdi_cmd(claim_file: Path, **options: Any) -> None:
+@_json_document_option
+def cdi_cmd(claim_file: Path, as_json: bool, **options: Any) -> None:
     """The CDI spec the operator would write for CLAIM_FILE, a ResourceClaim with its
     allocation (kubectl get resourceclaim NAME -o yaml), checked as prepare checks it (JSON)."""
     from draplugin.diagnose import plans
@@ -175,6 +196,7 @@ def cdi_cmd(claim_file: Path, **options: Any) -> None:
     from draplugin.driver.claimconfig import ClaimConfigError
     from draplugin.driver.state import PrepareError
 
+    del as_json  # JSON either way
     failures: tuple[type[Exception], ...] = (*_failures(), PrepareError, AllocationError,
                                              ClaimConfigError)
     try:

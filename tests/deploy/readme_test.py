@@ -1,6 +1,7 @@
 """The README's owner sections (install, put a pod on a screen, diagnose) held to deploy/:
 what it tells a person to apply exists and renders, its first consumer is the shipped example,
-and each `kubectl exec` line runs a binary the named container's image has on PATH."""
+and each `kubectl exec` line runs a binary the named container's image has on PATH. The
+contributor material is CONTRIBUTING.md's, which the README links."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.deploy.manifests import DEPLOY, container, pod_spec, split_image
 
 ROOT = DEPLOY.parent
 README = (ROOT / "README.md").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 
 
 def _section(title: str) -> str:
@@ -27,16 +29,27 @@ OWNER = "".join(_section(t) for t in ("Prerequisites", "Install", "Put a pod on 
                                       "Diagnose", "Upgrade and remove"))
 
 
-def test_the_two_contributor_commands_stay() -> None:
-    assert "./pants package :: && dist/simnode/simnode.pex up\n" in README
-    assert "./pants lint check test ::\n" in README
+def test_the_two_contributor_commands_are_in_the_contributor_guide() -> None:
+    assert "./pants package :: && dist/simnode/simnode.pex up\n" in CONTRIBUTING
+    assert "./pants lint check test ::\n" in CONTRIBUTING
 
 
 def test_owner_sections_come_first_in_the_order_an_owner_needs_them() -> None:
     titles = re.findall(r"^## (.+)$", README, flags=re.MULTILINE)
     owner = ["Prerequisites", "Install", "Put a pod on a screen", "Diagnose"]
     assert titles[:4] == owner
-    assert titles.index("The simulated node (contributors)") > titles.index("Diagnose")
+
+
+CONTRIBUTOR_SECTIONS = ("The simulated node", "Tests", "Measure it", "The binaries",
+                        "How it works", "Layout", "Design notes")
+
+
+def test_the_contributor_material_is_in_the_contributor_guide_the_readme_links() -> None:
+    titles = re.findall(r"^## (.+)$", CONTRIBUTING, flags=re.MULTILINE)
+    assert [t for t in titles if t in CONTRIBUTOR_SECTIONS] == list(CONTRIBUTOR_SECTIONS)
+    assert not set(re.findall(r"^## (.+)$", README, flags=re.MULTILINE)) & {
+        *CONTRIBUTOR_SECTIONS, "The simulated node (contributors)"}
+    assert "](CONTRIBUTING.md)" in README and "](README.md)" in CONTRIBUTING
 
 
 def test_license_is_apache_2() -> None:
@@ -45,8 +58,9 @@ def test_license_is_apache_2() -> None:
     assert "Apache-2.0" in README
 
 
-@pytest.mark.parametrize("path", sorted(set(re.findall(r"\b((?:deploy|docs)/[\w./-]+\w)", README))))
-def test_every_path_the_readme_names_exists(path: str) -> None:
+@pytest.mark.parametrize("path", sorted(set(re.findall(r"(?<![\w/])((?:deploy|docs)/[\w./-]+\w)",
+                                                        README + CONTRIBUTING))))
+def test_every_path_the_guides_name_exists(path: str) -> None:
     assert (ROOT / path).exists(), path
 
 
