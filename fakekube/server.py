@@ -44,8 +44,12 @@ Known gaps (a test that needs one of these needs a real cluster):
   impersonation, no aggregated ClusterRoles, no RBAC escalation checks, no bound-token
   invalidation when the ServiceAccount goes.
 - Held to a real kube-apiserver 1.37.2: the tests that run with DISPLAY_OPERATOR_REAL_API=1
-  (`tests.support.realapi`) pass against both. Not modelled from what that showed: a CRD's
-  storage answering 429 "storage is (re)initializing" for a moment after the API server starts.
+  (`tests.support.realapi`) pass against both; each difference they showed is fixed here, down
+  to the words of refusals (`fakekube.decodeerror`) and a claim's parameters compared as the
+  bytes sent (`fakekube.rawparams`). Not modelled, being a moment's timing rather than an answer
+  a client could depend on: a new CRD's resource answering 404 until its handler is installed,
+  and 429 "storage is (re)initializing" for a moment after the API server starts. Clients retry
+  a 429 (`libdisplay.kube.errors`); a test that needs one injects it (`fail_next_writes`).
 - No discovery (`/api`, `/apis`, OpenAPI): lightkube does not need it; kubectl does.
 - Only the kinds in `fakekube.kinds.BUILTIN_KINDS` plus registered CRDs are served; no
   subresources but `status` and ServiceAccounts' `token` (`fakekube.tokenrequest`; no pod
