@@ -49,7 +49,7 @@ class _Claims:
     def __init__(self, root: Path, refuse: Callable[[], str | None]) -> None:
         self.kube = _DictKube()
         settings = dataclasses.replace(testing.settings(root), delivery="shared")
-        self.driver = Driver(settings, self.kube, refuse=refuse)
+        self.driver = Driver(settings, self.kube, publisher=testing.Refusing(refuse))
         self.ref = ClaimRef(uid="uid-kiosk", namespace="shop", name="kiosk")
         self.kube.claims[("shop", "kiosk")] = {
             "metadata": {"name": "kiosk", "namespace": "shop", "uid": self.ref.uid},
