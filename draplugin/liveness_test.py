@@ -87,4 +87,4 @@ def test_a_socket_that_does_not_answer_fails_liveness_within_the_timeout(
         took = time.monotonic() - started
     assert not alive
     assert str(path) in why and code in why
-    assert took < 5.0
+    assert took < 15.0  # ends at its 0.5 s time-out, not never; a loaded machine adds seconds

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from draplugin.driver.checkpoint import CheckpointError, ClaimEntry
 from draplugin.driver.claimstatus import AppliedOutput, ClaimStatusWriter, DeviceStatus
@@ -135,35 +135,33 @@ def _driver(settings: Settings, endpoint: Endpoint, node: Publisher | None) -> D
         settings,
         # The publisher's Displays informer spares each prepare a GET per monitor.
         LightkubeKube(endpoint, displays=node.runtime.displays if node else None),
+        publisher=node,
+        claim_status=ClaimStatus(settings, endpoint),
         ddc=node.runtime.ddc_hook() if node else None,
-        refuse=node.refusal if node else None,
-        on_change=node.claims_changed if node else None,
         metrics=node.runtime.metrics if node else None,
         # One owner of the compositor: the publisher's, counted in its metrics.
         compositor=node.compositor if node else settings.compositor(),
-        on_applied=node.specs_applied if node else None,
-        **_claim_status(settings, endpoint),
     )
 
 
-def _claim_status(settings: Settings, endpoint: Endpoint) -> dict[str, Callable[..., None]]:
-    """The driver's hooks that write what each prepared claim got into its ResourceClaim's
-    status (draplugin.driver.claimstatus), and take it out at release."""
-    writer = ClaimStatusWriter(kubelightkube.client(endpoint, field_manager=FIELD_MANAGER),
-                               pool=settings.node.name)
+class ClaimStatus:
+    """The driver's `ClaimReporter`: what each prepared claim got, written into its
+    ResourceClaim's status (draplugin.driver.claimstatus), and taken out at release."""
 
-    def applied(entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:
-        writer.report(entry.ref, [
+    def __init__(self, settings: Settings, endpoint: Endpoint) -> None:
+        self._writer = ClaimStatusWriter(
+            kubelightkube.client(endpoint, field_manager=FIELD_MANAGER), pool=settings.node.name)
+
+    def applied(self, entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:
+        self._writer.report(entry.ref, [
             DeviceStatus.ready_with(AppliedOutput.from_output_state(device, state))
             if state is not None else DeviceStatus.not_ready(
                 device, "OutputUnknown", "the compositor cannot say what this output runs at "
                 "now (not running, or without the layout module)")
             for device, state in states.items()])
 
-    def released(entry: ClaimEntry) -> None:
-        writer.withdraw(entry.ref)
-
-    return {"on_claim_applied": applied, "on_claim_released": released}
+    def released(self, entry: ClaimEntry) -> None:
+        self._writer.withdraw(entry.ref)
 
 
 def _restore_when_back(driver: Driver) -> Listener:

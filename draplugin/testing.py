@@ -7,7 +7,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from draplugin.driver.checkpoint import ClaimEntry, PreparedDevice
+from draplugin.driver import modes
+from draplugin.driver.checkpoint import Checkpoint, ClaimEntry, PreparedDevice
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
 from libdisplay.hardware.modes import Mode
@@ -59,3 +60,20 @@ async def until(check: Callable[[], bool], what: str) -> None:
                 await asyncio.sleep(0.02)
     except TimeoutError:
         raise AssertionError(f"not done after {WAIT_SECONDS:g} s: {what}") from None
+
+
+class Refusing:
+    """A node publisher (the driver's `NodePublisher`) that only judges: its refusal is what
+    `refuse` says now; it hears the claims and the derivations and keeps nothing."""
+
+    def __init__(self, refuse: Callable[[], str | None]) -> None:
+        self._refuse = refuse
+
+    def refusal(self) -> str | None:
+        return self._refuse()
+
+    def claims_changed(self, checkpoint: Checkpoint) -> None:
+        pass
+
+    def specs_applied(self, applied: modes.Applied, checkpoint: Checkpoint) -> None:
+        pass

@@ -59,5 +59,6 @@ def test_weston_14_runs_declares_config_with_no_output(pex_root: Path, tmp_path:
             while time.monotonic() < deadline:
                 assert not process.exited(), log.read_text()
                 time.sleep(0.1)
-            assert probe(socket, timeout=2.0).state is Liveness.ANSWERING
+            # Returns at the answer; a loaded machine's weston may take seconds to give it.
+            assert probe(socket, timeout=30.0).state is Liveness.ANSWERING
         assert logged_version(log.read_text()).startswith("14.0.")

@@ -255,10 +255,11 @@ def test_liveness_fails_while_the_loop_is_stuck_and_recovers(
         node: Node, fake: FakeKube, pex_root: Path) -> None:
     port = free_port()
     with _operator(node, fake, pex_root, port, "--liveness-timeout=2") as operator:
-        operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=10.0,
+        # Bounds for a start on a loaded 2-core machine (imports, registration, first lists).
+        operator.wait_until(lambda: _get(port, "/healthz")[0] == 200, timeout=60.0,
                             what="liveness passes")
         # The slice's and the Displays' watches open: the loop reads the slice from its cache.
-        operator.wait_until(lambda: fake.open_watches >= 2, timeout=10.0,
+        operator.wait_until(lambda: fake.open_watches >= 2, timeout=60.0,
                             what="the operator's watches are open")
         _wait_settled(operator, fake, port)
         fake.set_outage("slow", delay=STALL_S)

@@ -94,7 +94,8 @@ def test_a_persons_spec_edit_on_the_unclaimed_output_applies_at_once(tenants: Te
                   lambda s: (s.width, s.height) == (1280, 720), timeout=SPEC_APPLY_S * 5)
     took = time.monotonic() - began
     print(f"spec.mode edit applied {took:.2f} s after the patch")
-    assert took <= SPEC_APPLY_S, f"applied {took:.2f} s after the edit, not within 2 s"
+    assert took <= SPEC_APPLY_S, f"applied {took:.2f} s after the edit, not within " \
+        f"{SPEC_APPLY_S:g} s"
     tenants.kept()
     until_spec(tenants, display, "Applied", "runs at 1280x720@60")
     # A mode the monitor does not offer: nothing changes, and the Display says why.

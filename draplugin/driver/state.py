@@ -40,7 +40,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol, get_args
 
@@ -98,6 +98,30 @@ class Recorder(Protocol):
     """Where the driver's metrics go (`draplugin.node.metrics.Metrics`)."""
 
     def prepare_done(self, seconds: float, *, error: PrepareErrorReason | None) -> None: ...
+
+
+class NodePublisher(Protocol):
+    """What the node publisher (`draplugin.publisher.Publisher`) is to the driver: the judge
+    of whether prepares may go on, and the listener of which claim holds what and of what each
+    derivation did to the Displays' specs. Its calls come from the driver's threads."""
+
+    def refusal(self) -> str | None:
+        """Why new prepares must fail now (the compositor does not answer), or None."""
+
+    def claims_changed(self, checkpoint: Checkpoint) -> None:
+        """The checkpoint after every batch."""
+
+    def specs_applied(self, applied: modes.Applied, checkpoint: Checkpoint) -> None:
+        """A derivation and what the compositor did with it, with the checkpoint it came from."""
+
+
+class ClaimReporter(Protocol):
+    """Where the claims' status goes: each prepared claim's outputs as the compositor runs
+    them (None where it cannot say), and each released claim."""
+
+    def applied(self, entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None: ...
+
+    def released(self, entry: ClaimEntry) -> None: ...
 
 
 class _NoRecorder:
@@ -265,31 +289,19 @@ class Driver:
         settings: Settings,
         kube: Kube,
         *,
+        publisher: NodePublisher | None = None,
+        claim_status: ClaimReporter | None = None,
         ddc: DdcHook | None = None,
-        refuse: Callable[[], str | None] | None = None,
-        on_change: Callable[[checkpoint.Checkpoint], None] | None = None,
         metrics: Recorder | None = None,
         compositor: Compositor | None = None,
-        on_applied: Callable[[modes.Applied, Checkpoint], None] | None = None,
-        on_claim_applied: Callable[[ClaimEntry, Mapping[str, OutputState | None]], None]
-        | None = None,
-        on_claim_released: Callable[[ClaimEntry], None] | None = None,
     ) -> None:
         self._settings = settings
         self._kube = kube
         self.compositor = compositor or settings.compositor()
-        # Told each derivation and what the compositor did with it, with the checkpoint it
-        # came from (each Display's spec outcome).
-        self._on_applied = on_applied
-        # Told each prepared claim's outputs as the compositor runs them, and each released
-        # claim (the claim's status).
-        self._on_claim_applied = on_claim_applied
-        self._on_claim_released = on_claim_released
+        # None without a node publisher (`--no-publish`): nothing refuses, nobody listens.
+        self._publisher = publisher
+        self._claim_status = claim_status
         self._ddc = ddc or NoDdc()
-        # Why new prepares must fail now (the compositor does not answer), or None.
-        self._refuse = refuse or (lambda: None)
-        # Told the checkpoint after every batch: the publisher shows which claim holds what.
-        self._on_change = on_change
         self._metrics = metrics or _NoRecorder()
         self._lock = threading.Lock()
         self._checkpoint_path = checkpoint.path_in(settings.plugin_dir)
@@ -299,7 +311,7 @@ class Driver:
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Prepared]:
         with self._lock:
-            reason = self._refuse()
+            reason = self._publisher.refusal() if self._publisher is not None else None
             if reason is not None:
                 log.warning("refusing to prepare %d claim(s): %s", len(claims), reason)
                 for _ in claims:
@@ -316,10 +328,10 @@ class Driver:
             return answers
 
     def _changed(self) -> None:
-        if self._on_change is None:
+        if self._publisher is None:
             return
         try:
-            self._on_change(checkpoint.load(self._checkpoint_path))
+            self._publisher.claims_changed(checkpoint.load(self._checkpoint_path))
         except Exception:  # the kubelet's answer must not depend on the publisher
             log.exception("could not tell the publisher about the prepared claims")
 
@@ -404,9 +416,9 @@ class Driver:
         if applied.restarted:
             # The new compositor's module holds no claim's socket.
             self._restore_sockets()
-        if self._on_applied is not None:
+        if self._publisher is not None:
             try:
-                self._on_applied(applied, self._load())
+                self._publisher.specs_applied(applied, self._load())
             except Exception:  # the kubelet's answer must not depend on the status writer
                 log.exception("could not report what the compositor applied")
         return applied
@@ -414,7 +426,7 @@ class Driver:
     def _claim_applied(self, entry: ClaimEntry, applied: modes.Applied | None) -> None:
         """Tell the claim's status what its outputs run at now (None where the compositor
         cannot say: not running, or no layout module to ask)."""
-        if self._on_claim_applied is None:
+        if self._claim_status is None:
             return
         if applied is not None and applied.outcome.states:
             states = applied.outcome.states
@@ -424,7 +436,8 @@ class Driver:
             except LayoutError:
                 states = {}
         try:
-            self._on_claim_applied(entry, {d.device: states.get(d.output) for d in entry.devices})
+            self._claim_status.applied(entry,
+                                       {d.device: states.get(d.output) for d in entry.devices})
         except Exception:  # the kubelet's answer must not depend on the status writer
             log.exception("could not report what claim %s got", entry.uid)
 
@@ -466,9 +479,9 @@ class Driver:
             except Exception:  # a listener's thread: logged, never lost
                 log.exception("applying the outputs' power failed")
                 return "failed"
-            if self._on_applied is not None and applied.power:
+            if self._publisher is not None and applied.power:
                 try:
-                    self._on_applied(applied, self._load())
+                    self._publisher.specs_applied(applied, self._load())
                 except Exception:
                     log.exception("could not report what the compositor applied")
             return "changed" if applied.outcome.changed else "unchanged"
@@ -503,9 +516,9 @@ class Driver:
         self._fault("unprepare-applied")
         self._save(self._load().without_claim(entry.uid))
         self._fault("unprepare-completed")
-        if self._on_claim_released is not None:
+        if self._claim_status is not None:
             try:
-                self._on_claim_released(entry)
+                self._claim_status.released(entry)
             except Exception:  # the kubelet's answer must not depend on the status writer
                 log.exception("could not withdraw what claim %s got", entry.uid)
 

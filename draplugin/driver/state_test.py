@@ -15,15 +15,17 @@ from typing import Any, cast
 
 import pytest
 
+from draplugin import testing
 from draplugin.claims import ClaimRef
 from draplugin.compositor import Outcome
 from draplugin.driver import modes
+from draplugin.driver.checkpoint import ClaimEntry
 from draplugin.driver.state import Driver
 from draplugin.node import ddcmap
 from draplugin.node.metrics import Metrics
 from draplugin.node.settings import NodeSettings
 from draplugin.settings import KubeAccess, Settings
-from libdisplay.compositor.layout import LayoutError
+from libdisplay.compositor.layout import LayoutError, OutputState
 from libdisplay.display import display_name
 from libdisplay.hardware import drm, mccs
 from libdisplay.hardware.ddc import DdcClient
@@ -153,7 +155,8 @@ def test_prepare_errors_are_counted_by_reason(tmp_path: Path) -> None:
     bad = kube.add("bad", [HDMI], [{"mode": "640x480@60"}])
     metrics = Metrics()
     assert "field 'mode'" in Driver(settings, kube, metrics=metrics).prepare([bad])[bad.uid].error
-    refusing = Driver(settings, kube, metrics=metrics, refuse=lambda: "no compositor")
+    refusing = Driver(settings, kube, metrics=metrics,
+                      publisher=testing.Refusing(lambda: "no compositor"))
     assert refusing.prepare([bad])[bad.uid].error == "no compositor"
     samples = _scrape(metrics)
     assert samples['display_prepare_errors_total{reason="claim"}'] == 1
@@ -258,9 +261,15 @@ def test_the_claims_status_hears_each_prepare_and_release(tmp_path: Path) -> Non
     kube = DictKube()
     claim = kube.add("kiosk", [HDMI], [{"mode": "1920x1080@60"}])
     heard: list[tuple[str, str, dict[str, object]]] = []
-    driver = Driver(settings, kube,
-                    on_claim_applied=lambda e, states: heard.append(("got", e.uid, dict(states))),
-                    on_claim_released=lambda e: heard.append(("released", e.uid, {})))
+
+    class Heard:
+        def applied(self, entry: ClaimEntry, states: Mapping[str, OutputState | None]) -> None:
+            heard.append(("got", entry.uid, dict(states)))
+
+        def released(self, entry: ClaimEntry) -> None:
+            heard.append(("released", entry.uid, {}))
+
+    driver = Driver(settings, kube, claim_status=Heard())
     assert driver.prepare([claim])[claim.uid].error == ""
     assert driver.prepare([claim])[claim.uid].error == ""  # once: it was prepared already
     assert driver.unprepare([claim]) == {claim.uid: ""}

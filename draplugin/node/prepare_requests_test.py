@@ -1,5 +1,6 @@
 """The driver as the operator wires it reads each claimed monitor's Display from the node
-publisher's informer: once that has listed, a prepare sends the API no Display GET.
+publisher's informer: once that has listed, a prepare sends the API no Display GET; and its
+hooks reach the publisher and the claim's status.
 
 In-process: the publisher (`start_publisher`, its watches on the fake apiserver, the real
 headless weston as its compositor so prepares are not refused, and a stand-in of the layout
@@ -90,6 +91,30 @@ def test_a_prepare_reads_the_display_from_the_watch_not_the_api(
     requests = [f"{r.method} {r.path}" for r in fake.request_log()]
     assert "GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/kiosk" in requests
     assert _display_gets(requests) == [], requests
+
+
+def test_the_operator_s_driver_tells_the_publisher_and_the_claim_s_status(
+        wired: tuple[FakeKube, Publisher, Driver], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hooks `draplugin.operator` hands the driver: the publisher hears which claim holds
+    the monitor (its Display's status says so), the claim's status what it got, and the
+    publisher is asked before a prepare."""
+    fake, publisher, driver = wired
+    _until(lambda: publisher.runtime.compositor_available, "the compositor answering")
+    claim = make_claim(fake, "kiosk", devices=(DEVICE,), params=config(transform="rotate-90"),
+                       pool=NODE)
+    ref = ClaimRef(uid=claim.uid, namespace="default", name="kiosk")
+    assert driver.prepare([ref])[claim.uid].error == ""
+    name = display.display_name(NODE, DEVICE)
+    _until(lambda: ((fake.get(display.API_VERSION, display.KIND, name) or {}).get("status")
+                    or {}).get("claim", {}).get("uid") == claim.uid,
+           "the Display's status naming the claim that holds it")
+    stored = fake.get("resource.k8s.io/v1", "ResourceClaim", "kiosk", namespace="default")
+    assert [d["device"] for d in (stored or {})["status"]["devices"]] == [DEVICE]
+    assert driver.unprepare([ref]) == {claim.uid: ""}
+    # Its watchdog's verdict, planted: a real hang takes seconds (watchdog_test has those).
+    monkeypatch.setattr(publisher.runtime.watchdog, "refusal",
+                        lambda *, wait: "planted by the test")
+    assert "planted by the test" in driver.prepare([ref])[claim.uid].error
 
 
 class _Unlisted:

@@ -26,6 +26,12 @@ from tests.support import busy_compositor, weston
 
 TAINT_WITHIN_S = 5.0
 KILL_WITHIN_S = 10.0
+"""A real hang's budgets, met by the default budget on the watchdog's cadence (checked below
+without a clock); bench/soak and bench/operator print what a loaded node takes."""
+# Bounds of the wall-clock runs that a loaded 2-core machine meets (a late tick, a slow
+# thread) and that still sit below the give-up's 30 s, so a hang found only by it fails.
+TAINTED_BY_S = 15.0
+KILLED_BY_S = 20.0
 MAX_STEPS = 400  # bounds the step loops below (0.05 s each at most, plus the probe's work)
 QUICK = hangs.Budget(taint_after=0.3, kill_after=0.6, give_up_after=30.0)
 """A budget the step loops reach in a few ticks."""
@@ -49,7 +55,7 @@ class _Claims:
     def __init__(self, root: Path, refuse: Callable[[], str | None]) -> None:
         self.kube = _DictKube()
         settings = dataclasses.replace(testing.settings(root), delivery="shared")
-        self.driver = Driver(settings, self.kube, refuse=refuse)
+        self.driver = Driver(settings, self.kube, publisher=testing.Refusing(refuse))
         self.ref = ClaimRef(uid="uid-kiosk", namespace="shop", name="kiosk")
         self.kube.claims[("shop", "kiosk")] = {
             "metadata": {"name": "kiosk", "namespace": "shop", "uid": self.ref.uid},
@@ -132,8 +138,16 @@ def _times_to_taint_and_kill(dog: watchdog.Watchdog, hang: Callable[[], None],
     return asyncio.run(main())
 
 
-def test_a_stopped_compositor_is_tainted_within_5_s_and_killed_within_10_s(
-        tmp_path: Path) -> None:
+def test_the_default_budget_meets_a_real_hang_s_budgets() -> None:
+    """A hang is probed at most one interval after it began, and judged at most one interval
+    after its charged silence crosses a line."""
+    cadence = 2 * watchdog.INTERVAL_S
+    assert hangs.DEFAULT_BUDGET.taint_after + cadence <= TAINT_WITHIN_S
+    assert hangs.DEFAULT_BUDGET.kill_after + cadence <= KILL_WITHIN_S
+    assert hangs.DEFAULT_BUDGET.give_up_after > KILLED_BY_S
+
+
+def test_a_stopped_compositor_is_tainted_then_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "weston.pid"
     with weston.headless(renderer="noop") as w:
         pid_file.write_text(f"{w.process.pid}\n")
@@ -146,7 +160,8 @@ def test_a_stopped_compositor_is_tainted_within_5_s_and_killed_within_10_s(
             w.process.send_signal(signal.SIGCONT)
         assert w.process.wait(timeout=10) == -signal.SIGKILL
     assert dog.kills == 1
-    assert tainted <= TAINT_WITHIN_S and killed <= KILL_WITHIN_S, (tainted, killed)
+    assert tainted < killed and tainted <= TAINTED_BY_S and killed <= KILLED_BY_S, (
+        tainted, killed)
 
 
 def test_a_main_loop_spinning_without_answering_is_tainted_and_killed_in_time(
@@ -158,7 +173,8 @@ def test_a_main_loop_spinning_without_answering_is_tainted_and_killed_in_time(
                                                    lambda: stand_in.process.poll() is not None)
         assert stand_in.process.wait(timeout=10) == -signal.SIGKILL
     assert dog.kills == 1
-    assert tainted <= TAINT_WITHIN_S and killed <= KILL_WITHIN_S, (tainted, killed)
+    assert tainted < killed and tainted <= TAINTED_BY_S and killed <= KILLED_BY_S, (
+        tainted, killed)
 
 
 def test_a_hang_that_ends_before_the_kill_recovers_without_one(tmp_path: Path) -> None:

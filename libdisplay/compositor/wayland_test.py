@@ -34,7 +34,7 @@ from tests.support.weston import Weston
 # Bounds for waits on a real compositor: generous, CI is a noisy 2-core machine.
 ANSWER_TIMEOUT_S = 10.0
 HUNG_DEADLINE_S = 0.5
-HUNG_RETURNS_WITHIN_S = 5.0
+HUNG_RETURNS_WITHIN_S = 15.0  # returns by its deadline, not never; a loaded machine adds seconds
 
 
 @pytest.fixture

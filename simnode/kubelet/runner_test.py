@@ -120,7 +120,8 @@ def test_failing_init_container_is_retried_and_holds_the_containers(toy_pod: Mak
     # At the deadline `first` is in its backoff or started again; either way it holds the pod.
     with pytest.raises(Exception,
                        match="container first is (waiting|running) .*last exit 1, Error"):
-        pod.start(timeout=8.0)
+        # Long enough for the first `exit 1` on a loaded 2-core machine (a bwrap start).
+        pod.start(timeout=20.0)
 
 
 def test_over_its_memory_limit_is_oom_killed(toy_pod: Make) -> None:
