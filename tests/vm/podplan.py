@@ -59,10 +59,11 @@ LAYOUT_SHELL: Final = PurePosixPath("/") / MODULEDIR / "layout-shell.so"
 """Where the weston image puts the layout shell (its Dockerfile: weston's MODULEDIR)."""
 CARD_EDITS: Final = CdiEdits(env={"WESTON_RENDERER": "pixman"})
 """What the card's CDI device (liken's, here virtio-gpu without virgl) gives the containers
-naming it: the pixman renderer (the DaemonSet states it too), which composites the clients'
-shared-memory buffers on the CPU (it offers no linux-dmabuf) and starts weston in a quarter of
-GL-on-llvmpipe's time on TCG (docs/kms.md §5). Its device nodes and sysfs are the guest's own:
-no mounts."""
+naming it: the pixman renderer, where the manifest says GL. GL runs here (Mesa's kms_swrast,
+with zwp_linux_dmabuf_v1), but its llvmpipe under TCG is too slow for the pod's own bounds: run
+so on 2026-12-03 (host load 14-19), weston took 41 s from start to answering, the first
+claim's CONFIGURE got no answer within the operator's 5 s, and the watchdog killed weston.
+Its device nodes and sysfs are the guest's own: no mounts."""
 PLAN: Final = PurePosixPath("pod/plan.json")
 OBJECTS: Final = PurePosixPath("kube/objects.yaml")
 
