@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from libdisplay.compositor.renderer import RendererState, read_renderer_state
 from libdisplay.compositor.wayland import Liveness, probe
 from libdisplay.compositor.weston import order_restart
 from libdisplay.processes import Process, running, start
@@ -53,6 +54,10 @@ class Node:
             return int(self.pid_file.read_text())
         except (FileNotFoundError, ValueError):
             return None
+
+    @property
+    def renderer_file(self) -> Path:
+        return self.etc / "renderer"
 
     def argv(self, *, config_wait: float = 30.0, stop_grace: float = 4.0) -> list[str]:
         return [
@@ -140,6 +145,55 @@ def test_unordered_crash_ends_westonctl_non_zero_and_stale_socket_does_not_block
 
     with running(node.argv(), log_path=tmp_path / "second.log", env=pex_env(pex_root)) as second:
         _serving(node, second, not_pid=pid)
+
+
+def _gl_argv(node: Node) -> list[str]:
+    """westonctl asked for the GL renderer (node.argv names pixman to weston directly)."""
+    argv = node.argv()
+    return [*argv[:argv.index("--")], "--renderer=gl"]
+
+
+def test_weston_runs_the_gl_renderer_it_was_asked_for_where_mesa_can(
+    node: Node, pex_root: Path, tmp_path: Path
+) -> None:
+    with running(_gl_argv(node), log_path=tmp_path / "westonctl.log",
+                 env=pex_env(pex_root)) as process:
+        _serving(node, process)
+        assert read_renderer_state(node.renderer_file) == RendererState("gl", "gl", 0)
+        assert process.log_contains("--renderer=gl")
+        assert not process.log_contains("starting it with pixman")
+
+
+def test_a_gl_weston_that_crashes_after_its_start_is_not_taken_for_a_missing_driver(
+    node: Node, pex_root: Path, tmp_path: Path
+) -> None:
+    process = start(_gl_argv(node), log_path=tmp_path / "westonctl.log", env=pex_env(pex_root))
+    try:
+        _serving(node, process)
+        pid = node.weston_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        code = process.wait(timeout=READY_S)
+    finally:
+        process.stop()
+    assert code == 128 + signal.SIGKILL
+    assert not process.log_contains("starting it with pixman")
+
+
+def test_a_weston_whose_gl_renderer_cannot_start_is_started_again_with_pixman_and_says_so(
+    node: Node, pex_root: Path, tmp_path: Path
+) -> None:
+    # glvnd finds no EGL vendor: weston's GL renderer fails as on a card with no GL driver.
+    env = {**pex_env(pex_root), "__EGL_VENDOR_LIBRARY_FILENAMES": "/nonexistent/egl.json"}
+    with running(_gl_argv(node), log_path=tmp_path / "westonctl.log", env=env) as process:
+        _serving(node, process)
+        assert read_renderer_state(node.renderer_file) == RendererState("gl", "pixman", 1)
+        assert process.log_contains("fatal: failed to create compositor backend")
+        warnings = [line for line in process.log_text().splitlines()
+                    if "starting it with pixman" in line]
+        assert len(warnings) == 1
+        assert "apply deploy/overlays/pixman-renderer" in warnings[0]
+        assert process.log_contains("--renderer=pixman")
 
 
 def test_missing_config_fails_clearly_after_the_wait(

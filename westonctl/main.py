@@ -64,8 +64,8 @@ cli = binary_group("westonctl", "Supervise the Weston compositor and diagnose it
     "--renderer",
     envvar="WESTON_RENDERER",
     default=None,
-    help="weston's renderer (pixman on a simulated node); default: the backend's own"
-    " (env WESTON_RENDERER).",
+    help="weston's renderer; default: the backend's own. With gl, a weston that fails before"
+    " its socket is up is started again with pixman (env WESTON_RENDERER).",
 )
 @click.option(
     "--output-count",
@@ -124,6 +124,7 @@ def weston(
     Extra arguments after `--` go to weston. Exits non-zero on any weston exit that no
     restart order names, so the container's restart count is the crash count.
     """
+    from libdisplay.compositor.renderer import RENDERER_FILE
     from westonctl.supervisor import (
         Supervision,
         SupervisorError,
@@ -141,7 +142,10 @@ def weston(
         log_scopes=log_scopes,
         extra_args=weston_args,
     )
-    supervision = Supervision(restarts_dir=restarts_dir, pid_file=pid_file, stop_grace_s=stop_grace)
+    # The renderer file sits beside the pid file, where the operator reads it.
+    supervision = Supervision(restarts_dir=restarts_dir, pid_file=pid_file,
+                              renderer_file=pid_file.parent / RENDERER_FILE,
+                              stop_grace_s=stop_grace)
     try:
         code = supervise(command, supervision, config_wait_s=config_wait)
     except SupervisorError as err:

@@ -10,11 +10,19 @@ Signals are handled synchronously: SIGCHLD, SIGTERM and SIGINT are blocked and t
 with `sigtimedwait`, so there is no handler racing the main loop. The supervisor makes
 itself a child subreaper and reaps every child, so weston's helper clients that outlive
 a killed weston do not linger as zombies.
+
+GL renderer fallback: a weston asked for the GL renderer that exits, unordered, before it made
+its socket (weston makes it after the backend and renderer are up) is started again once with
+pixman. We fall back rather than exit because a card with no usable GL driver in the image
+would otherwise leave its screens dark in a crash loop, while pixman shows them; the one
+warning names the overlay that states pixman from the start, and the renderer file (read by
+the operator's metrics) counts it. Should pixman fail too, that exit is unordered as before.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import shutil
@@ -25,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from libdisplay import fsutil
+from libdisplay.compositor.renderer import RendererState, write_renderer_state
 from libdisplay.compositor.weston import consume_restart_order, list_restart_orders
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,9 @@ _HANDLED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
 _UNORDERED_CLEAN_EXIT = 1
 # After SIGKILL the kernel reaps at once; this only bounds a process stuck in the kernel.
 _KILL_WAIT_S = 2.0
+_FALLBACK_FROM = "gl"
+_FALLBACK_TO = "pixman"
+_PIXMAN_OVERLAY = "deploy/overlays/pixman-renderer"
 
 
 class SupervisorError(Exception):
@@ -105,6 +117,9 @@ class Supervision:
     restarts_dir: Path
     pid_file: Path | None = None
     """weston's current pid, for the operator (shared process namespace) and for diagnosis."""
+    renderer_file: Path | None = None
+    """The renderer asked for and the one weston runs, and the fallbacks so far (JSON), for
+    the operator's metrics."""
     stop_grace_s: float = 4.0
     """SIGTERM to SIGKILL; under the pod's terminationGracePeriodSeconds of 5."""
 
@@ -155,6 +170,12 @@ class Supervisor:
         self._supervision = supervision
         self._weston: int | None = None
         self._restarts = 0
+        self._renderer = command.renderer
+        self._fallbacks = 0
+        # The socket as it was when this weston was spawned (a killed weston leaves its
+        # socket behind), and whether this weston has made its own since.
+        self._socket_before: tuple[int, int] | None = None
+        self._made_socket = False
 
     @property
     def restarts(self) -> int:
@@ -173,11 +194,15 @@ class Supervisor:
                 self._stop_weston()
             self._reap_all()
             self._write_pid(None)
+            if self._supervision.renderer_file is not None:
+                fsutil.remove(self._supervision.renderer_file)
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
     def _loop(self) -> int:
         while True:
             info = signal.sigtimedwait(_HANDLED, 1.0)
+            if self._weston is not None:
+                self._note_socket()
             if info is None:
                 continue
             if info.si_signo in (signal.SIGTERM, signal.SIGINT):
@@ -194,6 +219,15 @@ class Supervisor:
         """Restart on an order (None); otherwise the exit code to leave with."""
         self._weston = None
         order = consume_restart_order(pid, directory=self._supervision.restarts_dir)
+        if order is None and self._falls_back():
+            self._fallbacks += 1
+            log.warning(
+                "weston pid %s %s before its socket was up with the GL renderer (its log above"
+                " says why): starting it with pixman; to run pixman from the start, apply %s",
+                pid, _describe(status), _PIXMAN_OVERLAY)
+            self._renderer = _FALLBACK_TO
+            self._start()
+            return None
         if order is None:
             log.error("weston pid %s %s with no restart order: exiting", pid, _describe(status))
             return exit_status(status)
@@ -208,8 +242,24 @@ class Supervisor:
         self._start()
         return None
 
+    def _falls_back(self) -> bool:
+        self._note_socket()
+        return self._renderer == _FALLBACK_FROM and not self._made_socket
+
+    def _socket_identity(self) -> tuple[int, int] | None:
+        try:
+            st = (self._command.runtime_dir / self._command.socket).lstat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_ctime_ns)
+
+    def _note_socket(self) -> None:
+        if not self._made_socket:
+            now = self._socket_identity()
+            self._made_socket = now is not None and now != self._socket_before
+
     def _start(self) -> None:
-        argv = self._command.argv()
+        argv = dataclasses.replace(self._command, renderer=self._renderer).argv()
         binary = shutil.which(argv[0])
         if binary is None:
             raise WestonStartError(f"{argv[0]!r} not found on PATH (install the weston package)")
@@ -222,9 +272,12 @@ class Supervisor:
         # execs weston, so the pid spawned is weston's. The child must not inherit the blocked
         # signals, or weston would ignore SIGTERM.
         spawned = [setpriv, "--pdeathsig", "TERM", "--", binary, *argv[1:]]
+        self._socket_before = self._socket_identity()
+        self._made_socket = False
         pid = os.posix_spawn(setpriv, spawned, self._command.environ(), setsigmask=())
         self._weston = pid
         self._write_pid(pid)
+        self._write_renderer()
         self._drop_stale_orders(pid)
         log.info("started weston pid %s: %s", pid, " ".join(argv))
 
@@ -234,6 +287,13 @@ class Supervisor:
             if order.pid != current:
                 log.warning("removing restart order for pid %s: not weston's pid", order.pid)
                 fsutil.remove(self._supervision.restarts_dir / str(order.pid))
+
+    def _write_renderer(self) -> None:
+        path = self._supervision.renderer_file
+        if path is not None:
+            write_renderer_state(path, RendererState(
+                requested=self._command.renderer or "auto", running=self._renderer or "auto",
+                fallbacks=self._fallbacks))
 
     def _write_pid(self, pid: int | None) -> None:
         path = self._supervision.pid_file

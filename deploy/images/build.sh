@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds a release's images with podman, all at one tag:
 #   <registry>/display-declare, -weston, -operator, -capture (the pod),
-#   <registry>/display-weston-gl and display-capture-amd (the pod's variants for
-#   a GPU renderer and AMD's VA-API encoder, deploy/README.md "Image weight") and
+#   <registry>/display-weston-pixman and display-capture-amd (the pod's variants for
+#   the CPU renderer and AMD's VA-API encoder, deploy/README.md "Image weight") and
 #   <registry>/display-operator-cli.
 # liken's CLI takes the image of the DaemonSet's first container
 # (display-operator) and pulls its -cli image at the same tag, so the -cli
@@ -103,9 +103,10 @@ prune_args() {
     "$lib/libweston-14/pipewire-*.so" "$lib/libweston-14/remoting-plugin.so")
   case $1 in
     weston|weston-gl)
-      # weston-simple-shm stays for the consumer smoke. The default image composites with
-      # pixman (the DaemonSet says --renderer=pixman): without gl-renderer.so nothing loads
-      # Mesa's EGL/GBM drivers, and with them go libgallium, LLVM and z3.
+      # weston-simple-shm stays for the consumer smoke. The weston-gl base (display-weston,
+      # which the DaemonSet runs with WESTON_RENDERER=gl) keeps gl-renderer.so and Mesa's
+      # EGL/GBM drivers; the weston base (display-weston-pixman, overlays/pixman-renderer)
+      # drops gl-renderer.so, so nothing loads Mesa, and with it go libgallium, LLVM and z3.
       keep+=(/usr/bin/weston /usr/bin/wayland-info /usr/bin/weston-simple-shm)
       local drop=("${weston14_unused[@]}")
       if [[ $1 == weston-gl ]]; then
@@ -238,7 +239,7 @@ run podman build -f "$images/declare/Dockerfile" \
   --build-arg BASE_IMAGE="$python_base" \
   -t "$registry/display-declare:$tag" "$repo_root"
 run podman build -f "$images/weston/Dockerfile" \
-  --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
+  --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_gl_base" \
   -t "$registry/display-weston:$tag" "$repo_root"
 run podman build -f "$images/operator/Dockerfile" \
   --build-arg BASE_IMAGE="$operator_base" \
@@ -249,11 +250,12 @@ run podman build -f "$images/capture/Dockerfile" \
 run podman build -f "$images/cli/Dockerfile" \
   --build-arg BASE_IMAGE="$cli_base" \
   -t "$registry/display-operator-cli:$tag" "$repo_root"
-# The variants: the same Dockerfiles on the bases that keep Mesa (overlays/gl-renderer,
-# overlays/capture-amd); their build stages are the ones above, from podman's layer cache.
+# The variants: the same Dockerfiles on the base without Mesa (overlays/pixman-renderer) and
+# on the one with AMD's VA-API driver (overlays/capture-amd); their build stages are the ones
+# above, from podman's layer cache.
 run podman build -f "$images/weston/Dockerfile" \
-  --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_gl_base" \
-  -t "$registry/display-weston-gl:$tag" "$repo_root"
+  --build-arg BUILD_IMAGE="$build_base" --build-arg BASE_IMAGE="$weston_base" \
+  -t "$registry/display-weston-pixman:$tag" "$repo_root"
 run podman build -f "$images/capture/Dockerfile" \
   --build-arg BUILD_IMAGE="$ffmpeg_build" --build-arg BASE_IMAGE="$capture_amd_base" \
   -t "$registry/display-capture-amd:$tag" "$repo_root"

@@ -23,9 +23,10 @@ if __package__ in (None, ""):  # run as a script: the repo's packages by their n
 from deploy.images.podmanrun import IMAGES, SmokeError, podman
 
 POD_IMAGES = ("display-declare", "display-weston", "display-operator", "display-capture")
-# What overlays/gl-renderer and overlays/capture-amd run in place of display-weston and
+# What overlays/pixman-renderer and overlays/capture-amd run in place of display-weston and
 # display-capture.
-VARIANT_IMAGES = {"display-weston-gl": "display-weston", "display-capture-amd": "display-capture"}
+VARIANT_IMAGES = {"display-weston-pixman": "display-weston",
+                  "display-capture-amd": "display-capture"}
 CLI_IMAGE = "display-operator-cli"
 # The weight goals (issue 27): the pod's four images together, and the weston and capture
 # images each.

@@ -41,7 +41,7 @@ def check_version(image: str) -> str:
 
 # The binary each pod image runs: on PATH by name, as `kubectl exec ... -- <binary>` needs it.
 BINARY_OF = {"display-declare": "declare", "display-weston": "westonctl",
-             "display-weston-gl": "westonctl", "display-operator": "draplugin",
+             "display-weston-pixman": "westonctl", "display-operator": "draplugin",
              "display-capture": "capture", "display-capture-amd": "capture"}
 PLUGIN_DIR = "/var/lib/kubelet/plugins/display.liken.sh"
 

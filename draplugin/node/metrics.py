@@ -18,6 +18,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -30,10 +31,11 @@ from prometheus_client import (
     make_wsgi_app,
 )
 from prometheus_client.exposition import ThreadingWSGIServer
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from libdisplay.compositor import weston
+from libdisplay.compositor.renderer import RendererFileError, read_renderer_state
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,33 @@ class _Restarts(Collector):
         yield family
 
 
+class _Renderer(Collector):
+    """What westonctl's renderer file says at each scrape (libdisplay.compositor.renderer)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        fallbacks = CounterMetricFamily(
+            "display_compositor_renderer_fallbacks",
+            "weston starts with pixman because the GL renderer could not start (the card has no "
+            "usable GL driver: deploy/overlays/pixman-renderer states pixman).")
+        info = GaugeMetricFamily(
+            "display_compositor_renderer_info",
+            "1 for the renderer westonctl was asked for and the one weston runs.",
+            labels=["requested", "running"])
+        try:
+            state = read_renderer_state(self.path) if self.path is not None else None
+        except (OSError, RendererFileError) as err:
+            log.warning("cannot read the compositor's renderer: %s", err)
+            state = None
+        fallbacks.add_metric([], state.fallbacks if state else 0)
+        if state is not None:
+            info.add_metric([state.requested, state.running], 1)
+        yield fallbacks
+        yield info
+
+
 class Metrics:
     """Every `display_` metric, registered in `registry`."""
 
@@ -171,6 +200,8 @@ class Metrics:
             self.outputs_by_power.labels(state=state)
         self._restarts = _Restarts()
         r.register(self._restarts)
+        self._renderer = _Renderer()
+        r.register(self._renderer)
         self._outputs_lock = threading.Lock()
         self._output_info: dict[str, tuple[str, str, str]] = {}
 
@@ -241,6 +272,10 @@ class Metrics:
             self.prepare_duration.observe(seconds)
         if error is not None:
             self.prepare_errors.labels(reason=error).inc()
+
+    def watch_renderer(self, path: Path) -> None:
+        """Report the renderer westonctl writes to `path` at each scrape."""
+        self._renderer.path = path
 
     def set_crash_restarts(self, count: int) -> None:
         self._restarts.set_crashes(count)

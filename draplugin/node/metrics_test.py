@@ -7,6 +7,7 @@ import subprocess
 import typing
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -260,3 +261,20 @@ def test_output_connected_alone_keeps_the_last_mode() -> None:
     assert 'mode="1920x1080@60",output="HDMI-A-1"' in text
     with pytest.raises(metrics.BadLabelError, match="output"):
         m.set_output_connected("HDMI A", True)
+
+
+def test_the_renderer_westonctl_writes_is_read_at_each_scrape(tmp_path: Path) -> None:
+    from libdisplay.compositor.renderer import RendererState, write_renderer_state
+
+    m = metrics.Metrics()
+    path = tmp_path / "renderer"
+    m.watch_renderer(path)
+    text = m.exposition().decode()
+    assert "display_compositor_renderer_fallbacks_total 0.0" in text
+    assert "display_compositor_renderer_info{" not in text
+    write_renderer_state(path, RendererState(requested="gl", running="pixman", fallbacks=1))
+    text = m.exposition().decode()
+    assert "display_compositor_renderer_fallbacks_total 1.0" in text
+    assert 'display_compositor_renderer_info{requested="gl",running="pixman"} 1.0' in text
+    path.write_text("not json\n")
+    assert "display_compositor_renderer_fallbacks_total 0.0" in m.exposition().decode()

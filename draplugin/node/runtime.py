@@ -30,6 +30,7 @@ from draplugin.node import ddcmap, displays, hotplug, metrics, podwatch, reprobe
 from draplugin.node.retry import fatal
 from draplugin.node.settings import NodeSettings
 from libdisplay.compositor import wayland
+from libdisplay.compositor.renderer import RENDERER_FILE
 from libdisplay.hardware import drm
 from libdisplay.kube import access as kubeaccess
 from libdisplay.kube import lightkube_client as kubelightkube
@@ -64,6 +65,7 @@ class NodeRuntime:
         self.metrics = registry or metrics.Metrics()
         # The operator's one handle on weston, shared with the driver (draplugin.compositor).
         self.compositor = compositor
+        self.metrics.watch_renderer(compositor.pid_file.parent / RENDERER_FILE)
         self._client = client
         self._source = source
         self.buses = buses or ddcmap.Buses(dev_root=config.dev_root)

@@ -4,7 +4,8 @@ liken publishes the card node, its render node and its i2c buses as devices of i
 kubelet hands a container that names the claim the CDI edits of each allocated device. The
 simulated card's edits mount its simulated sysfs tree (`/sys/class/drm` and the device tree its
 links point into), its device nodes and the DDC/CI sockets at `/dev/i2c-N`, and set what a
-simulated node differs in: weston's x11 backend on the node's Xvfb, the pixman renderer, and
+simulated node differs in: weston's x11 backend on the node's Xvfb (where the manifest's GL
+renderer runs on Mesa's llvmpipe, as it would on a card with no GPU of its own), and
 the x11 output names X1..Xn as aliases of the connectors (for weston and the operator) and as
 the capture server's outputs. None of that is in the manifest: a
 real node's card needs none of it.
@@ -47,7 +48,6 @@ def edits(host_root: Path, monitors: Sequence[card.Monitor], *,
     return {
         CARD_DEVICE: CdiEdits(
             env={"DISPLAY": display, "WESTON_BACKEND": "x11-backend.so",
-                 "WESTON_RENDERER": "pixman",
                  "WESTON_OUTPUT_COUNT": str(len(monitors)), **naming},
             mounts=(*(Bind(sys_dir / p, f"/sys/{p}") for p in _SYSFS),
                     Bind(dev_dir / "dri" / CARD_DEVICE, f"/dev/dri/{CARD_DEVICE}",

@@ -30,11 +30,11 @@ RENDERINGS: dict[str, str] = {
     "no-capture": "overlays/no-capture",
     "examples": "examples",
     "monitoring": "overlays/monitoring",
-    "gl-renderer": "overlays/gl-renderer",
+    "pixman-renderer": "overlays/pixman-renderer",
     "capture-amd": "overlays/capture-amd",
     "simulated-node": "overlays/simulated-node",
 }
-OPERATOR_RENDERINGS = ("base", "release", "no-capture", "gl-renderer", "capture-amd",
+OPERATOR_RENDERINGS = ("base", "release", "no-capture", "pixman-renderer", "capture-amd",
                        "simulated-node")
 
 Doc = dict[str, Any]

@@ -70,7 +70,7 @@ def test_the_env_is_the_manifests_with_the_downward_api_resolved_for_the_node(
     for found in env.values():
         assert (found["KUBERNETES_SERVICE_HOST"], found["KUBERNETES_SERVICE_PORT"]) == (
             "127.0.0.1", "6443")
-    # The card's CDI edits reach the containers naming the whole claim, not capture's render.
+    # The tier runs weston with pixman (TIER_ENV), capture as the manifest says.
     assert env["weston"]["WESTON_RENDERER"] == "pixman"
     assert "WESTON_RENDERER" not in env["capture"]
     assert plan["pod"]["spec"]["nodeName"] == "vm"

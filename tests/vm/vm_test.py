@@ -160,6 +160,15 @@ def test_weston_is_the_only_opener_and_master_of_the_card(boot: dict[str, Any]) 
     assert "EINVAL" not in log and "EACCES" not in log
 
 
+def test_weston_runs_the_renderer_its_card_names_with_no_fallback(boot: dict[str, Any]) -> None:
+    # The card's CDI edits name pixman here (tests/vm/podplan.py, CARD_EDITS).
+    _reached(boot, "screendumps")
+    assert boot["weston"]["renderer"] == {"requested": "pixman", "running": "pixman",
+                                          "fallbacks": 0}
+    # pixman offers no dmabuf import; the GL renderer does.
+    assert "zwp_linux_dmabuf_v1" not in boot["weston"]["globals"]
+
+
 def test_a_claimed_mode_reaches_that_head_only_and_release_restores_it(
         boot: dict[str, Any]) -> None:
     _reached(boot, "unplug")

@@ -289,6 +289,14 @@ def wayland_outputs() -> dict[str, str] | None:
     return outputs or None
 
 
+def wayland_globals() -> list[str]:
+    """The interfaces weston advertises (wayland-info), e.g. zwp_linux_dmabuf_v1 with GL."""
+    text = subprocess.run(["wayland-info"], capture_output=True, text=True, timeout=30,
+                          check=True, env={**os.environ, "XDG_RUNTIME_DIR": os.fspath(RUNTIME),
+                                           "WAYLAND_DISPLAY": "wayland-0"}).stdout
+    return sorted(set(re.findall(r"interface: '(\w+)'", text)))
+
+
 def drm_clients() -> list[dict[str, str]]:
     """The card's open files from debugfs: command, pid, master flag."""
     rows = []
@@ -384,7 +392,9 @@ def compositor() -> None:
                     timeout=WAIT_S, what="weston answers with three outputs")
     results["weston_outputs"] = outputs
     pid = until(weston_pid, timeout=10, what="weston's pid file")
-    results["weston"] = {"pid": pid, "status": proc_status(pid), "netns": netns(pid)}
+    results["weston"] = {"pid": pid, "status": proc_status(pid), "netns": netns(pid),
+                         "renderer": json.loads((ETC / "renderer").read_text()),
+                         "globals": wayland_globals()}
     results["clients_with_weston"] = drm_clients()
 
 
