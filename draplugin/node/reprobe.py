@@ -1,5 +1,6 @@
 """Making the compositor see a connector change on a real card: a probe by the DRM master,
-and the restart that stays for a monitor weston never drove.
+which also has weston join a monitor on a connector it never drove, and the restart that
+stays where its DRM backend cannot.
 
 DESIGN. Three facts of a real kernel decide this (measured in the VM tier, docs/kms.md §2):
 
@@ -17,9 +18,18 @@ DESIGN. Three facts of a real kernel decide this (measured in the VM tier, docs/
 So after every "connectors may have changed" event (a uevent burst, SIGHUP) `Hotplug` first
 asks the compositor to `probe`: the layout module's PROBE, a forced
 GETCONNECTOR of every connector on weston's own card fd (westonctl/layout/probe.c), which the
-kernel honours because weston is the master. Then sysfs is fresh; `Hotplug` reads it and asks
-`Reprobe` what the compositor must do. Where PROBE answered (the DRM backend):
+kernel honours because weston is the master. In the same request the module has the DRM
+backend re-read every head that has no output and whose state changed
+(westonctl/layout/join.c, through `weston_drm_head_api_v1`, which our patch of Debian's
+weston adds: build-support/weston-drm/), and weston's frontend enables an output for a newly
+connected one at its `[output]` settings, else the monitor's preferred mode, right of the
+others. Then sysfs is fresh; `Hotplug` reads it and asks `Reprobe` what the compositor must
+do. Where PROBE answered (the DRM backend):
 
+- a monitor on a connector weston never drove, whose output the probe made weston enable:
+  no restart; its device is published in the slice and the driver's `follow_connectors`
+  gives it its Display's settings. The monitor's EDID is recorded as the one weston drives
+  that output for.
 - a connector whose monitor went away (disconnected, weston still has its output): the
   output is powered off (`CONFIGURE <out> power=off`), not left driving a connector with no
   monitor and not disabled: it keeps its place, its claims' surfaces and the mode list of
@@ -28,14 +38,12 @@ kernel honours because weston is the master. Then sysfs is fresh; `Hotplug` read
 - the same monitor back (its EDID digest is the one weston drove it with): no restart; the
   read is published with the device `added`, and the driver's `follow_connectors` applies
   its settings with a `modeset`, which power-cycles the output and lights it again.
-- a different monitor on a connector weston drives (another EDID), or a monitor on a
-  connector weston never drove: the restart stays (reason `new-connector`, counted in
-  display_compositor_restarts_total). The probe refreshes the kernel's view, not weston's:
-  its DRM backend re-reads a head (mode list, EDID) only on udev's rebroadcast, which the pod
-  never hears, and libweston exports no call that would, so a different monitor would run
-  at the old monitor's modes and a new connector would have no output. weston.ini's
-  `force-on` does not help either: a head forced on without a monitor has no modes, and
-  nothing refreshes its list when one arrives.
+- the restart stays (reason `new-connector`, counted in display_compositor_restarts_total)
+  where the backend cannot follow: a different monitor on a connector weston drives
+  (another EDID; a driven output is never re-read, since its mode list is fixed when it is
+  enabled, so the new monitor would run at the old one's modes), and a monitor on a
+  connector weston never drove whose output did not appear (a stock drm-backend.so without
+  the re-read, or a frontend that refused the output, e.g. `mode=off`).
 
 The periodic resync (a uevent may be lost) reads sysfs without a probe: a forced probe
 re-reads every monitor's EDID over DDC under the kernel's mode_config lock, and the kernel
@@ -187,8 +195,14 @@ class Reprobe:
         self._dark -= plugged.keys()  # back: the driver's modeset lights it
         for name in sorted(outputs & connectors.keys() - plugged.keys() - self._dark):
             await self._turn_off(name)
+        for name in sorted(plugged.keys() & outputs - self._driven.keys()):
+            self._driven[name] = plugged[name]  # joined live (the probe's re-read)
+            log.info("hotplug: weston enabled an output for the monitor on %s, no restart",
+                     name)
         if never:
-            return f"a monitor on {', '.join(never)}, which weston never drove"
+            return (f"a monitor on {', '.join(never)}, which weston never drove and did not "
+                    "enable (its DRM backend cannot re-read the head, or it refused the "
+                    "output)")
         if other:
             return f"a different monitor on {', '.join(other)} than weston drives it for"
         return None

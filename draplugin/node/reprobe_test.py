@@ -263,7 +263,52 @@ def test_a_monitor_on_a_connector_weston_never_drove_restarts(tmp_path: Path) ->
     asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
     assert compositor.probes == 1
     assert len(compositor.restarts) == 1
-    assert "DP-1, which weston never drove" in compositor.restarts[0]
+    assert "DP-1, which weston never drove and did not enable" in compositor.restarts[0]
+
+
+def test_a_monitor_on_a_connector_weston_never_drove_joins_where_the_probe_enables_it(
+        tmp_path: Path) -> None:
+    """The patched DRM backend re-reads the head in PROBE and weston enables its output: no
+    restart, the device is published; its unplug powers the output off; a different monitor
+    there later is one weston cannot follow live (its output keeps the first one's modes)."""
+    scan = _machine(tmp_path)
+    sysfs_tree.hotplug(tmp_path, "card0-DP-1", status="disconnected")
+    compositor = Probing({"HDMI-A-1"})
+    published = Published()
+
+    def plug_and_join(edid: bytes) -> Callable[[], None]:
+        def run() -> None:
+            _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", edid)()
+            assert compositor.outputs is not None
+            compositor.outputs.add("DP-1")
+
+        return run
+
+    async def main() -> None:
+        watcher, _ = _probing(scan, compositor, published)
+        await watcher.start()
+        compositor.kernel = plug_and_join(B)
+        await watcher.rescan()
+        assert compositor.restarts == []
+        compositor.kernel = _unplug_seen_only_by_the_master(tmp_path, "card0-DP-1")
+        await watcher.rescan()
+        compositor.kernel = _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", B)
+        await watcher.rescan()
+        assert compositor.restarts == [], "the same monitor back: the modeset lights it"
+        compositor.kernel = _unplug_seen_only_by_the_master(tmp_path, "card0-DP-1")
+        await watcher.rescan()
+        compositor.kernel = _plug_seen_only_by_the_master(tmp_path, "card0-DP-1", A)
+        await watcher.rescan()
+
+    asyncio.run(asyncio.wait_for(main(), WAIT_SECONDS))
+    assert compositor.dark == ["DP-1", "DP-1"]
+    assert published.seen[:3] == [
+        (frozenset({"HDMI-A-1", "DP-1"}), hotplug.Changes(added=("card0-dp-1",))),
+        (frozenset({"HDMI-A-1"}), hotplug.Changes(removed=("card0-dp-1",))),
+        (frozenset({"HDMI-A-1", "DP-1"}), hotplug.Changes(added=("card0-dp-1",))),
+    ]
+    assert len(compositor.restarts) == 1
+    assert "a different monitor on DP-1" in compositor.restarts[0]
 
 
 @pytest.mark.parametrize("answer", ["unsupported", "no-answer"])

@@ -106,8 +106,10 @@
  * (weston is the DRM master, the only client whose probe makes the kernel re-detect), so
  * sysfs and the kernel's connector state are fresh when it answers. <connector> is weston's
  * name for it (`Virtual-2`, `HDMI-A-1`), <s> connected, disconnected or unknown, <digest>
- * the first 16 hex characters of the SHA-256 of its EDID blob (`-` without one). weston's
- * own heads are not touched: an output keeps the mode list it had. `unsupported` when the
+ * the first 16 hex characters of the SHA-256 of its EDID blob (`-` without one). A head
+ * without an output whose state changed is then re-read by the DRM backend (join.c), and
+ * weston's frontend enables an output for a newly connected one before the next request is
+ * read; an output weston drives keeps the mode list it had. `unsupported` when the
  * backend is not DRM (x11, headless) or weston holds no card fd; `failed` when an ioctl
  * failed.
  *

@@ -190,4 +190,7 @@ void configure_output_gone(struct layout_output *lo);
 /* probe.c: the DRM master's re-detection of the card's connectors (PROBE) */
 bool probe_line(struct conn *conn, char **words, int n, bool *result);
 
+/* join.c: heads without an output that PROBE found changed are re-read by the DRM backend */
+void join_heads(struct layout *layout, const struct probed *found, uint32_t count);
+
 #endif

@@ -8,9 +8,10 @@
  * (DRM_IOCTL_MODE_GETCONNECTOR with count_modes = 0) only from the current DRM master
  * (drm_mode_getconnector: "demoting to read-only probe" otherwise). weston is that master,
  * and this module runs in weston's process, so it asks on weston's own card fd. The probe
- * refreshes the kernel's view (sysfs `status`, `edid`, `modes`) for the operator; weston's
- * own heads and mode lists stay as they were, which is why the operator restarts weston for
- * a monitor it never drove (draplugin/node/reprobe.py).
+ * refreshes the kernel's view (sysfs `status`, `edid`, `modes`) for the operator; then a
+ * head without an output whose state changed is re-read by the DRM backend where it can
+ * (join.c), so a monitor on a connector weston never drove gets an output without a restart.
+ * Outputs weston drives keep the mode list they had.
  *
  * libweston does not export the backend's fd. The DRM backend opens the card through the
  * launcher (libseat's open_device), which leaves an fd on /dev/dri/cardN in this process:
@@ -286,6 +287,7 @@ control_probe(struct conn *conn)
 	}
 	free(ids);
 	log_if_changed(conn->layout, path, found, count);
+	join_heads(conn->layout, found, count);
 	ok = conn_printf(conn, "OK %u\n", count);
 	for (i = 0; ok && i < count; i++)
 		ok = conn_printf(conn, "%s status=%s edid=%s\n", found[i].name, found[i].status,

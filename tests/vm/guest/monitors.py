@@ -5,7 +5,7 @@ whose pod, cluster and helpers it uses).
     monitors.py --heads N [--spare-head]
 
 With N heads plugged (head 0 at QEMU's 1920x1080, the others at SIZES in turn, the last at
-1280x800) and, with --spare-head, head N of the card left unplugged until the last stage, it
+1280x800) and, with --spare-head, head N of the card left unplugged until the join stage, it
 runs the pod's containers as the scenario does and records, in /share/out/results.json:
 
 - `weston`: how long weston took to answer with N outputs, what it runs each at (wayland-info),
@@ -23,8 +23,11 @@ runs the pod's containers as the scenario does and records, in /share/out/result
   counters, whether weston was restarted, whether each tenant's connection still answers,
   the host's samples of heads 0 and 2 (`sample_start`/`sample_stop`, tests/vm/sampler.py)
   and the guest's samples of which process's framebuffer their CRTCs showed;
-- `restart`: the restart that stays, beside the same tenants: a monitor plugged into the spare
-  head (a connector weston never drove), or without a spare a different monitor (another
+- `join` (with --spare-head): a monitor plugged into the spare head (a connector weston never
+  drove) beside the same tenants, which weston joins without a restart: plug → slice, → the
+  output lit, → scanout at the monitor's preferred mode, then unplug → slice, → the output
+  powered off; weston's pid, the counters, the tenants' connections, the host's samples;
+- `restart`: the restart that stays, beside the same tenants: a different monitor (another
   EDID) on head 1. Plug → a new weston pid, → it answers, → the slice; the tenants' clients'
   exits (they die with the compositor), → their claims' sockets accept again (the operator
   restores them), → a new client on each shown; the host's samples of heads 0 and 2.
@@ -352,23 +355,68 @@ def replug_with_operator() -> None:
         found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}")
 
 
+def join_spare(heads: int) -> None:
+    """A monitor plugged into the spare head (a connector weston never drove) beside the
+    tenants of the re-plug stage: the operator's PROBE has weston's DRM backend re-read the
+    head and weston enables its output (draplugin/node/reprobe.py), without a restart.
+    Plug → slice, → the output lit, → scanout at the monitor's preferred mode; then its
+    unplug → slice, → the output powered off; weston's pid, the operator's counters, the
+    tenants' connections and the host's samples of heads 0 and 2 throughout."""
+    head, name, size = heads, output(heads), SIZES[0]
+    sc.step(f"join: a monitor on the spare head {head}")
+    found: dict[str, Any] = {"head": head, "size": list(size),
+                             "weston_pid_before": sc.weston_pid(),
+                             "counters_before": operator_counters(), "tenants": {}}
+    results["join"] = found
+    sc.ask_host(op="sample_start", colours={str(h): list(c) for h, (_, c) in TENANTS.items()})
+    watch = OwnerWatch([output(h) for h in TENANTS], time.monotonic())
+    try:
+        t0 = time.monotonic()
+        found["plug_host_t"] = sc.ask_host(op="plug", head=head, width=size[0],
+                                           height=size[1])["host_t"]
+        found["slice_s"] = timed("the slice gains the spare head's device",
+                                 lambda: device(head) in sc.slice_devices(), t0)
+        found["lit_s"] = timed("weston drives the spare head's output",
+                               lambda: sc.output_power(name) == "on", t0)
+        found["scanout_s"] = round(time.monotonic() - t0 + scanout_at(
+            head, size, "joined-spare"), 3)
+        found["weston_pid_joined"] = sc.weston_pid()
+        found["outputs_joined"] = sc.wayland_outputs()
+        t1 = time.monotonic()
+        found["unplug_host_t"] = sc.ask_host(op="unplug", head=head)["host_t"]
+        found["unplug_at_s"] = round(t1 - t0, 3)
+        found["unplug_slice_s"] = timed("the slice drops the spare head's device",
+                                        lambda: device(head) not in sc.slice_devices(), t1)
+        found["unplug_dark_s"] = timed("weston powers the spare head's output off",
+                                       lambda: sc.output_power(name) == "off", t1)
+        time.sleep(1.0)  # a second of samples after: does a tenant's picture stay?
+    finally:
+        found["owners"] = watch.stop()
+        stopped = sc.ask_host(op="sample_stop")
+        found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
+    found["weston_pid_after"] = sc.weston_pid()
+    found["counters_after"] = operator_counters()
+    for h in TENANTS:
+        found["tenants"][h] = {"roundtrip": roundtrip(f"tenant{h}")}
+
+
 OTHER_MONITOR = (1024, 768)
 """Without a spare head, head 1 gets a monitor preferring this size: another EDID than the
 SIZES[0] monitor weston drives it for."""
 
 
-def restart_stays(heads: int, spare: bool) -> None:
-    """A monitor weston cannot take live (reprobe.py says why): the operator restarts weston.
-    The tenants of the re-plug stage are still drawing on heads 0 and 2; their clients die with
-    the compositor, so each is started again on its claim's socket once that socket accepts
-    (as a kubelet restarts a tenant's exited container, without its back-off)."""
-    head = heads if spare else REPLUG_HEAD
-    size = SIZES[0] if spare else OTHER_MONITOR
+def restart_stays(heads: int) -> None:
+    """A monitor weston cannot take live (reprobe.py says why: a different monitor on a
+    connector it drives, whose output keeps the first one's modes): the operator restarts
+    weston. The tenants of the re-plug stage are still drawing on heads 0 and 2; their clients
+    die with the compositor, so each is started again on its claim's socket once that socket
+    accepts (as a kubelet restarts a tenant's exited container, without its back-off)."""
+    head, size = REPLUG_HEAD, OTHER_MONITOR
     sc.step(f"restart: a monitor on head {head}")
     tenants = results["replug"]["tenants"]
     old = sc.weston_pid()
     found: dict[str, Any] = {
-        "head": head, "cause": "never-driven connector" if spare else "different monitor",
+        "head": head, "cause": "different monitor",
         "weston_pid_before": old, "counters_before": operator_counters(), "tenants": {}}
     results["restart"] = found
     sc.ask_host(op="sample_start", colours={str(h): list(c) for h, (_, c) in TENANTS.items()})
@@ -378,10 +426,10 @@ def restart_stays(heads: int, spare: bool) -> None:
                                            height=size[1])["host_t"]
         found["new_pid_s"] = timed("a new weston pid",
                                    lambda: (p := sc.weston_pid()) is not None and p != old, t0)
-        found["answer_s"] = timed(f"the new weston answers with {heads + spare} outputs",
-                                  lambda: len(sc.wayland_outputs() or {}) == heads + spare, t0)
-        found["slice_s"] = timed(f"a slice of {heads + spare} devices",
-                                 lambda: len(sc.slice_devices()) == heads + spare
+        found["answer_s"] = timed(f"the new weston answers with {heads} outputs",
+                                  lambda: len(sc.wayland_outputs() or {}) == heads, t0)
+        found["slice_s"] = timed(f"a slice of {heads} devices",
+                                 lambda: len(sc.slice_devices()) == heads
                                  and device(head) in sc.slice_devices(), t0)
         for h in TENANTS:
             found["tenants"][h] = {"client_exit": client_exit(f"tenant{h}", t0)}
@@ -439,7 +487,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heads", type=int, required=True)
     parser.add_argument("--spare-head", action="store_true",
-                        help="head N is left unplugged until the restart stage")
+                        help="head N is left unplugged until the join stage")
     args = parser.parse_args()
     heads, spare = args.heads, args.spare_head
     results["heads"] = heads
@@ -455,7 +503,9 @@ def main() -> int:
         start_operator(heads)
         claim_last(heads)
         replug_with_operator()
-        restart_stays(heads, spare)
+        if spare:
+            join_spare(heads)
+        restart_stays(heads)
         sc.step("done")
     except Exception as err:  # every finding so far is saved; the host reports the error
         results["errors"].append(f"{type(err).__name__}: {err}")
