@@ -316,6 +316,14 @@ def weston_pid() -> int | None:
     return None
 
 
+def gone_or_zombie(pid: int) -> bool:
+    """Killed: a zombie, or already reaped (also between the open and the read)."""
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def proc_status(pid: int) -> dict[str, str]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -904,9 +912,7 @@ def watchdog() -> None:
     t0 = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     found["tainted_s"] = timed("every device tainted", tainted, t0)
-    found["killed_s"] = timed("the stopped weston gone",
-                              lambda: not Path(f"/proc/{pid}").exists()
-                              or "State:\tZ" in Path(f"/proc/{pid}/status").read_text(), t0)
+    found["killed_s"] = timed("the stopped weston gone", lambda: gone_or_zombie(pid), t0)
     # An exit no order names ends the weston container; the kubelet starts it again.
     westonctl = next(child for name, child in reversed(_children) if name == "weston")
     found["westonctl_exit"] = until(lambda: westonctl.poll() is not None and
