@@ -79,7 +79,7 @@ def type_mismatch(path: Sequence[str | int], value: object, root: JsonObject,
     fields: list[str] = []
     schema = root
     for part in path:
-        schema = _resolve(schema, defs)
+        schema = resolve(schema, defs)
         props = schema.get("properties") or {}
         if isinstance(part, int):
             schema = schema.get("items") or {}
@@ -100,7 +100,8 @@ def _ref_name(ref: str) -> str:
     return ref.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
 
 
-def _resolve(schema: JsonObject, defs: JsonObject) -> JsonObject:
+def resolve(schema: JsonObject, defs: JsonObject) -> JsonObject:
+    """The definition a `$ref` (or a chain of them) names; the schema itself without one."""
     while "$ref" in schema:
         schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
     return schema

@@ -97,16 +97,10 @@ def _builtin(minor: str, kind: str, api_version: str) -> _Builtin | None:
     return _Builtin(validator, root, defs, compile_check(root, defs))
 
 
-def _resolve(schema: JsonObject, defs: JsonObject) -> JsonObject:
-    while "$ref" in schema:
-        schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
-    return schema
-
-
 def _prune(value: Any, schema: JsonObject, defs: JsonObject, path: list[str | int],
            dropped: list[str], *, root: bool = False) -> None:
     """Drop, in place, object keys the schema does not know; record their paths."""
-    schema = _resolve(schema, defs)
+    schema = decodeerror.resolve(schema, defs)
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
             _prune(item, schema["items"], defs, [*path, i], dropped)
@@ -266,31 +260,31 @@ class Schemas:
 
     def _check_builtin(self, kind: Kind, version: str, body: JsonObject, name: str,
                        dropped: list[str]) -> None:
-        found = _builtin(self.minor, kind.kind, kind.api_version(version))
-        if found is None:
-            return
-        _prune(body, found.root, found.defs, [], dropped, root=True)
-        if found.passes is not None and found.passes(body):
-            return
-        errors = sorted(found.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+        errors = self._builtin_errors(kind, version, body, dropped)
         if kind.kind in dra.GO_VALIDATED:
             errors = [e for e in errors if e.validator != "required"]
-        _raise_type_errors(kind, version, errors, found)
         if errors:
             raise status.invalid(kind.resource(name), [_invalid_cause(e) for e in errors])
 
     def check_types(self, kind: Kind, version: str, obj: JsonObject) -> None:
         """The 400 a built-in kind's body of a wrong JSON type gets as it is decoded, before the
         apiserver reads the stored object (an update of a missing object is still a 400)."""
+        if kind.builtin_schema:
+            self._builtin_errors(kind, version, copy_json(obj), [])
+
+    def _builtin_errors(self, kind: Kind, version: str, body: JsonObject,
+                        dropped: list[str]) -> list[jsonschema.ValidationError]:
+        """`body` pruned in place (its unknown fields' paths into `dropped`); the 400 of a
+        wrong type raised; the schema's other failures returned, in path order."""
         found = _builtin(self.minor, kind.kind, kind.api_version(version))
-        if not kind.builtin_schema or found is None:
-            return
-        body = copy_json(obj)
-        _prune(body, found.root, found.defs, [], [], root=True)
+        if found is None:
+            return []
+        _prune(body, found.root, found.defs, [], dropped, root=True)
         if found.passes is not None and found.passes(body):
-            return
+            return []
         errors = sorted(found.validator.iter_errors(body), key=lambda e: list(e.absolute_path))
         _raise_type_errors(kind, version, errors, found)
+        return errors
 
     def _check_custom(self, kind: Kind, version: str, body: JsonObject, name: str,
                       dropped: list[str]) -> None:

@@ -126,18 +126,24 @@ def test_ordered_restart_starts_a_new_weston_at_once_and_consumes_the_order(
     assert westonctl.log_contains(f"weston pid {old} exited with status 0 on order")
 
 
+def _kill_weston(node: Node, westonctl: Process) -> tuple[int, int]:
+    """SIGKILL the weston `westonctl` serves, unordered: (weston's pid, westonctl's exit code);
+    westonctl is stopped whatever happens."""
+    try:
+        _serving(node, westonctl)
+        pid = node.weston_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        return pid, westonctl.wait(timeout=READY_S)
+    finally:
+        westonctl.stop()
+
+
 def test_unordered_crash_ends_westonctl_non_zero_and_stale_socket_does_not_block_next_start(
     node: Node, pex_root: Path, tmp_path: Path
 ) -> None:
     first = start(node.argv(), log_path=tmp_path / "first.log", env=pex_env(pex_root))
-    try:
-        _serving(node, first)
-        pid = node.weston_pid()
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        code = first.wait(timeout=READY_S)
-    finally:
-        first.stop()
+    pid, code = _kill_weston(node, first)
     assert code == 128 + signal.SIGKILL
     assert first.log_contains("killed by SIGKILL with no restart order")
     # A killed weston leaves its socket and lock behind: the socket is refused, not absent.
@@ -168,14 +174,7 @@ def test_a_gl_weston_that_crashes_after_its_start_is_not_taken_for_a_missing_dri
     node: Node, pex_root: Path, tmp_path: Path
 ) -> None:
     process = start(_gl_argv(node), log_path=tmp_path / "westonctl.log", env=pex_env(pex_root))
-    try:
-        _serving(node, process)
-        pid = node.weston_pid()
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        code = process.wait(timeout=READY_S)
-    finally:
-        process.stop()
+    _, code = _kill_weston(node, process)
     assert code == 128 + signal.SIGKILL
     assert not process.log_contains("starting it with pixman")
 

@@ -46,9 +46,9 @@ def read_renderer_state(path: Path) -> RendererState | None:
         fields = json.loads(text)
         state = RendererState(requested=fields["requested"], running=fields["running"],
                               fallbacks=fields["fallbacks"])
+        if not (isinstance(state.requested, str) and isinstance(state.running, str)
+                and isinstance(state.fallbacks, int) and state.fallbacks >= 0):
+            raise TypeError("a field of the wrong type")
     except (ValueError, KeyError, TypeError) as err:
         raise RendererFileError(f"{path} is not a renderer file: {text[:80]!r}") from err
-    if not (isinstance(state.requested, str) and isinstance(state.running, str)
-            and isinstance(state.fallbacks, int) and state.fallbacks >= 0):
-        raise RendererFileError(f"{path} is not a renderer file: {text[:80]!r}")
     return state

@@ -346,13 +346,23 @@ def replug_with_operator() -> None:
                  timeout=60, what="heads 0 and 2 scanning out weston's framebuffer")
         time.sleep(1.0)  # a second of samples after: does a tenant's picture come back?
     finally:
-        found["owners"] = watch.stop()
-        stopped = sc.ask_host(op="sample_stop")
-        found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
+        _stop_watching(found, watch)
+    _after(found)
+
+
+def _stop_watching(found: dict[str, Any], watch: OwnerWatch) -> None:
+    """The scanout owners and the host's samples of the tenants' heads, into `found`."""
+    found["owners"] = watch.stop()
+    stopped = sc.ask_host(op="sample_stop")
+    found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
+
+
+def _after(found: dict[str, Any]) -> None:
+    """weston's pid, the operator's counters and each tenant's round trip after a stage."""
     found["weston_pid_after"] = sc.weston_pid()
     found["counters_after"] = operator_counters()
     for h in TENANTS:
-        found["tenants"][h]["roundtrip"] = roundtrip(f"tenant{h}")
+        found["tenants"].setdefault(h, {})["roundtrip"] = roundtrip(f"tenant{h}")
 
 
 def join_spare(heads: int) -> None:
@@ -391,13 +401,8 @@ def join_spare(heads: int) -> None:
                                        lambda: sc.output_power(name) == "off", t1)
         time.sleep(1.0)  # a second of samples after: does a tenant's picture stay?
     finally:
-        found["owners"] = watch.stop()
-        stopped = sc.ask_host(op="sample_stop")
-        found["samples"], found["sample_errors"] = stopped["samples"], stopped["errors"]
-    found["weston_pid_after"] = sc.weston_pid()
-    found["counters_after"] = operator_counters()
-    for h in TENANTS:
-        found["tenants"][h] = {"roundtrip": roundtrip(f"tenant{h}")}
+        _stop_watching(found, watch)
+    _after(found)
 
 
 OTHER_MONITOR = (1024, 768)
