@@ -1063,6 +1063,7 @@ wet_shell_init(struct weston_compositor *ec, int *argc, char *argv[])
 		layout_output_add(layout, output);
 
 	visibility_start(layout);
+	glinfo_report();
 	layout->desktop = weston_desktop_create(ec, &desktop_api, layout);
 	if (!layout->desktop)
 		goto fail;

@@ -190,6 +190,10 @@ void configure_output_gone(struct layout_output *lo);
 /* probe.c: the DRM master's re-detection of the card's connectors (PROBE) */
 bool probe_line(struct conn *conn, char **words, int n, bool *result);
 
+/* glinfo.c: the GL driver weston composites with, and a warning when it is the CPU */
+bool glinfo_is_software(const char *renderer);
+void glinfo_report(void);
+
 /* join.c: heads without an output that PROBE found changed are re-read by the DRM backend */
 void join_heads(struct layout *layout, const struct probed *found, uint32_t count);
 

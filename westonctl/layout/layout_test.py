@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import stat
@@ -661,6 +662,17 @@ def test_bounded_frame_from_gl_is_top_first_with_top_anchored_blocks(
         frame = capture.frame("headless", max_size)
     assert (frame.header.width, frame.header.height, frame.header.y_flip) == (*size, False)
     assert scene.mismatches(frame, factor) == []
+
+
+def test_gl_on_the_cpu_is_said_with_the_pixman_overlay(
+    gl_scene: tuple[Compositor, Scene], odd_scene: tuple[Compositor, Scene]
+) -> None:
+    # Headless GL here is Mesa's llvmpipe: the case of a card Mesa has no driver for.
+    gl_log = gl_scene[0].weston.process.log_text()
+    assert re.search(r"layout: GL renderer: .*llvmpipe", gl_log), gl_log[-2000:]
+    assert "GL runs on the CPU" in gl_log and "deploy/overlays/pixman-renderer" in gl_log
+    pixman_log = odd_scene[0].weston.process.log_text()
+    assert "layout: GL renderer" not in pixman_log and "GL runs on the CPU" not in pixman_log
 
 
 def test_4k_frame_bounded_to_1080p_is_the_2x2_mean(layout_so: Path) -> None:
