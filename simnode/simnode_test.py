@@ -66,6 +66,15 @@ def test_up_prints_the_devices_and_status_lists_them(sim: Sim) -> None:
         assert f"sim-node-1.{device}: connected=True" in status
     assert sim.modes() == {"X1": "1920x1080@60", "X2": "1280x1024@60", "X3": "1600x900@60"}
     assert "display_slice_publishes_total" in status
+    # --json: the same facts, a key a section.
+    facts = json.loads(sim.run("status", "--json"))
+    assert [d["name"] for d in facts["devices"]] == sorted(DEVICES)
+    assert {d["name"]: d["connected"] for d in facts["displays"]} == {
+        f"sim-node-1.{device}": True for device in DEVICES}
+    assert facts["compositor"]["state"] == "answering"
+    assert {o["name"]: o["mode"] for o in facts["compositor"]["outputs"]} == sim.modes()
+    assert any(s.startswith("display_slice_publishes_total") for s in facts["metrics"])
+    assert facts["claims"] == []
 
 
 def _ddc_attributes(sim: Sim) -> dict[str, object]:

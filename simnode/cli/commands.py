@@ -24,6 +24,7 @@ from libdisplay import procfs
 from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
 from libdisplay.pod import DRIVER
 from simnode.cli import clients, report
+from simnode.cli.report import JsonObject
 from simnode.cli.state import Layout, State, alive, load
 from simnode.cluster import control
 from simnode.cluster.api import DISPLAYS, RESOURCE_CLAIMS, Access, Api, ClusterError
@@ -72,18 +73,50 @@ def _read(lines: Callable[[], list[str]]) -> list[str]:
         return [f"  unavailable ({exc})"]
 
 
-def status(layout: Layout, out: TextIO) -> None:
+def status(layout: Layout, out: TextIO, *, as_json: bool = False) -> None:
     state = load(layout)
     objects, node = api(state).objects, state.node_name
+    if as_json:
+        report.print_json(out, {
+            **pod_facts(layout),
+            "devices": facts(lambda: report.device_facts(report.slice_devices(objects, node))),
+            "displays": facts(lambda: report.display_facts(objects, node)),
+            "claims": facts(lambda: report.claim_facts(objects, node)),
+            "demo clients": [{"claim": r.name, "device": r.device, "pid": r.client_pid,
+                              "running": clients.client_running(r)}
+                             for r in clients.records(layout)],
+            "compositor": compositor_facts(layout.wayland_socket, pid=_weston_pid(layout)),
+            "metrics": metric_facts(state.metrics_url),
+            "where everything lives": report.path_facts(layout, state),
+        })
+        return
     report.print_sections(out, [
         *pod_sections(layout),
         ("devices", _read(lambda: report.device_lines(report.slice_devices(objects, node)))),
         ("displays", _read(lambda: report.display_lines(objects, node))),
         ("claims", _read(lambda: report.claim_lines(objects, node)) + _client_lines(layout)),
-        ("compositor", _compositor_lines(layout)),
+        ("compositor", compositor_lines(compositor_facts(layout.wayland_socket,
+                                                         pid=_weston_pid(layout)))),
         ("metrics", metric_lines(state.metrics_url)),
         ("where everything lives", report.paths_lines(layout, state)),
     ])
+
+
+def facts(read: Callable[[], object]) -> object:
+    """A section's facts read from the cluster, or why they could not be."""
+    try:
+        return read()
+    except ClusterError as exc:
+        return {"unavailable": str(exc)}
+
+
+def pod_facts(layout: Layout) -> JsonObject:
+    """With the pod runner: the pod's containers and the API's denials, from `up`'s file."""
+    try:
+        snap: JsonObject = json.loads(layout.pod_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {"pod": snap}
 
 
 def pod_sections(layout: Layout) -> list[tuple[str, list[str]]]:
@@ -114,27 +147,56 @@ def _client_lines(layout: Layout) -> list[str]:
     ]
 
 
-def _compositor_lines(layout: Layout) -> list[str]:
-    result = probe(layout.wayland_socket, timeout=2.0)
-    pid = layout.weston_pid.read_text().strip() if layout.weston_pid.exists() else "?"
-    lines = [f"  weston pid {pid}: {result.state} ({result.detail})"]
+def _weston_pid(layout: Layout) -> str:
+    return layout.weston_pid.read_text().strip() if layout.weston_pid.exists() else "?"
+
+
+def compositor_facts(socket: Path, *, pid: str | None = None) -> JsonObject:
+    """What a probe of weston's socket found, and the outputs it lists."""
+    result = probe(socket, timeout=2.0)
+    found: JsonObject = {"socket": str(socket), "pid": pid, "state": str(result.state),
+                         "detail": result.detail}
     try:
-        outputs = list_outputs(layout.wayland_socket, timeout=5.0)
+        outputs = list_outputs(socket, timeout=5.0)
     except WaylandError as exc:
-        return [*lines, f"  outputs: unavailable ({exc})"]
-    return lines + [f"  {o.name}: {o.mode} {o.transform.name.lower().replace('_', '-')}"
-                    f" scale {o.scale} at {o.position}" for o in outputs]
+        return {**found, "outputs": {"unavailable": str(exc)}}
+    return {**found, "outputs": [
+        {"name": o.name, "mode": str(o.mode),
+         "transform": o.transform.name.lower().replace("_", "-"), "scale": o.scale,
+         "position": list(o.position)} for o in outputs]}
+
+
+def compositor_lines(found: JsonObject) -> list[str]:
+    who = f"pid {found['pid']}" if found["pid"] is not None else f"at {found['socket']}"
+    lines = [f"  weston {who}: {found['state']} ({found['detail']})"]
+    outputs = found["outputs"]
+    if isinstance(outputs, dict):
+        return [*lines, f"  outputs: unavailable ({outputs['unavailable']})"]
+    return lines + [f"  {o['name']}: {o['mode']} {o['transform']} scale {o['scale']}"
+                    f" at {tuple(o['position'])}" for o in outputs]
+
+
+def _metric_samples(url: str) -> list[str]:
+    with urllib.request.urlopen(url, timeout=10.0) as response:
+        text = response.read().decode()
+    return [line for line in text.splitlines()
+            if line.startswith(METRICS) and not line.startswith(_METRIC_DETAIL)]
+
+
+def metric_facts(url: str) -> object:
+    """The usual metrics' samples as the exposition lists them, or why they could not be read."""
+    try:
+        return _metric_samples(url)
+    except OSError as exc:
+        return {"unavailable": str(exc)}
 
 
 def metric_lines(url: str) -> list[str]:
     try:
-        with urllib.request.urlopen(url, timeout=10.0) as response:
-            text = response.read().decode()
+        samples = _metric_samples(url)
     except OSError as exc:
         return [f"  unavailable ({exc})"]
-    lines = [f"  {line}" for line in text.splitlines()
-             if line.startswith(METRICS) and not line.startswith(_METRIC_DETAIL)]
-    return lines or ["  (none of the usual metrics yet)"]
+    return [f"  {line}" for line in samples] or ["  (none of the usual metrics yet)"]
 
 
 def claim(layout: Layout, device: str, *, parameters: Mapping[str, object], out: TextIO) -> str:

@@ -27,10 +27,16 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from libdisplay import procfs
-from libdisplay.compositor.wayland import WaylandError, list_outputs, probe
 from libdisplay.pod import DRIVER
 from simnode.cli import report
-from simnode.cli.commands import host_pid, metric_lines, shoot_through
+from simnode.cli.commands import (
+    compositor_facts,
+    compositor_lines,
+    host_pid,
+    metric_facts,
+    metric_lines,
+    shoot_through,
+)
 from simnode.cli.state import Layout, State, load
 from simnode.cluster import control
 from simnode.cluster.api import (
@@ -326,52 +332,64 @@ def _read(lines: Callable[[], list[str]]) -> list[str]:
         return [f"  unavailable ({exc})"]
 
 
-def _compositor_lines() -> list[str]:
-    socket = SOCKETS / "wayland-0"
-    result = probe(socket, timeout=2.0)
-    lines = [f"  weston at {socket}: {result.state} ({result.detail})"]
-    try:
-        outputs = list_outputs(socket, timeout=5.0)
-    except WaylandError as exc:
-        return [*lines, f"  outputs: unavailable ({exc})"]
-    return lines + [f"  {o.name}: {o.mode} {o.transform.name.lower().replace('_', '-')}"
-                    f" scale {o.scale} at {o.position}" for o in outputs]
-
-
-def status(layout: Layout, out: TextIO) -> None:
+def status(layout: Layout, out: TextIO, *, as_json: bool = False) -> None:
     state = load(layout)
     cluster = api(state)
     objects, node = cluster.objects, state.node_name
 
-    def pod_lines() -> list[str]:
+    def pod_facts() -> JsonObject:
         pod = operator_pod(cluster)
         statuses = (pod["status"].get("initContainerStatuses", [])
                     + pod["status"].get("containerStatuses", []))
-        return [f"  {pod['metadata']['name']} {pod['status'].get('phase')}"] + [
-            f"  {s['name']}: {next(iter(s['state']), '?')}, restarts {s['restartCount']}"
-            for s in statuses]
+        return {"name": pod["metadata"]["name"], "phase": pod["status"].get("phase"),
+                "containers": [{"name": s["name"], "state": next(iter(s["state"]), "?"),
+                                "restarts": s["restartCount"]} for s in statuses]}
 
-    def consumer_lines() -> list[str]:
-        pods = [p for p in cluster.items(PODS) if p["metadata"]["namespace"] == NAMESPACE
+    def consumer_facts() -> list[JsonObject]:
+        return [{"name": p["metadata"]["name"], "phase": p["status"].get("phase")}
+                for p in cluster.items(PODS) if p["metadata"]["namespace"] == NAMESPACE
                 and p["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by")
                 == "simnode"]
-        return [f"  {p['metadata']['name']}: {p['status'].get('phase')}" for p in pods] or [
-            "  (none)"]
+
+    def metrics_url() -> str:
+        return f"http://{operator_pod(cluster)['status']['podIP']}:{METRICS_PORT}/metrics"
+
+    where = {"kubeconfig": state.kubeconfig, "kubectl": str(Path(state.bin_dir or "") / "kubectl"),
+             "sockets": str(SOCKETS), "simulated host": state.host_root, "logs": str(layout.logs)}
+    compositor = compositor_facts(SOCKETS / "wayland-0")
+    if as_json:
+        report.print_json(out, {
+            "operator pod": _facts(pod_facts),
+            "devices": _facts(lambda: report.device_facts(report.slice_devices(objects, node))),
+            "displays": _facts(lambda: report.display_facts(objects, node)),
+            "claims": _facts(lambda: report.claim_facts(objects, node)),
+            "consumer pods (simnode claim)": _facts(consumer_facts),
+            "compositor": compositor,
+            "metrics": _facts(lambda: metric_facts(metrics_url())),
+            "where everything lives": where,
+        })
+        return
+
+    def pod_lines() -> list[str]:
+        pod = pod_facts()
+        return [f"  {pod['name']} {pod['phase']}"] + [
+            f"  {c['name']}: {c['state']}, restarts {c['restarts']}" for c in pod["containers"]]
 
     report.print_sections(out, [
         ("operator pod", _read(pod_lines)),
         ("devices", _read(lambda: report.device_lines(report.slice_devices(objects, node)))),
         ("displays", _read(lambda: report.display_lines(objects, node))),
         ("claims", _read(lambda: report.claim_lines(objects, node))),
-        ("consumer pods (simnode claim)", _read(consumer_lines)),
-        ("compositor", _compositor_lines()),
-        ("metrics", _read(lambda: metric_lines(
-            f"http://{operator_pod(cluster)['status']['podIP']}:{METRICS_PORT}/metrics"))),
-        ("where everything lives", [
-            f"  kubeconfig:    {state.kubeconfig}",
-            f"  kubectl:       {Path(state.bin_dir or '') / 'kubectl'}",
-            f"  sockets:       {SOCKETS}",
-            f"  simulated host: {state.host_root}",
-            f"  logs:          {layout.logs}",
-        ]),
+        ("consumer pods (simnode claim)", _read(lambda: [
+            f"  {p['name']}: {p['phase']}" for p in consumer_facts()] or ["  (none)"])),
+        ("compositor", compositor_lines(compositor)),
+        ("metrics", _read(lambda: metric_lines(metrics_url()))),
+        ("where everything lives", [f"  {k + ':':<15} {v}" for k, v in where.items()]),
     ])
+
+
+def _facts(read: Callable[[], object]) -> object:
+    try:
+        return read()
+    except (ClusterError, LocalCommandError) as exc:
+        return {"unavailable": str(exc)}

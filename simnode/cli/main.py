@@ -168,9 +168,12 @@ def prerequisites_command(dist: Path | None) -> None:
 
 @cli.command("status")
 @state_dir_option
-def status_command(state_dir: Path) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the same facts as one JSON object, a key per section; a section"
+                   " that could not be read is {\"unavailable\": why}.")
+def status_command(state_dir: Path, as_json: bool) -> None:
     """Devices, Displays, claims, compositor state and a few metrics."""
-    _commands(state_dir).status(_layout(state_dir), sys.stdout)
+    _commands(state_dir).status(_layout(state_dir), sys.stdout, as_json=as_json)
 
 
 @cli.command("claim")

@@ -7,6 +7,7 @@ alone: in a real cluster the lists hold every node's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TextIO
 
@@ -40,37 +41,58 @@ def _value(attribute: JsonObject) -> str:
     return str(value)
 
 
+def device_facts(devices: dict[str, JsonObject]) -> list[JsonObject]:
+    """Each device: its name, its attributes' values and the keys of its taints."""
+    return [{"name": name,
+             "attributes": {k: _value(v) for k, v in sorted(device.get("attributes", {}).items())},
+             "taints": [t["key"] for t in device.get("taints", [])]}
+            for name, device in sorted(devices.items())]
+
+
 def device_lines(devices: dict[str, JsonObject]) -> list[str]:
     lines = []
-    for name, device in sorted(devices.items()):
-        attributes = device.get("attributes", {})
-        shown = ", ".join(f"{k}={_value(v)}" for k, v in sorted(attributes.items()))
-        taints = ", ".join(t["key"] for t in device.get("taints", []))
-        lines.append(f"  {name}: {shown}")
-        if taints:
-            lines.append(f"    tainted: {taints}")
+    for fact in device_facts(devices):
+        shown = ", ".join(f"{k}={v}" for k, v in fact["attributes"].items())
+        lines.append(f"  {fact['name']}: {shown}")
+        if fact["taints"]:
+            lines.append(f"    tainted: {', '.join(fact['taints'])}")
     return lines or ["  (none)"]
 
 
-def display_lines(objects: Objects, node: str) -> list[str]:
-    """The Displays the operator labelled as `node`'s."""
+def display_facts(objects: Objects, node: str) -> list[JsonObject]:
+    """The Displays the operator labelled as `node`'s: what their status says, and whether
+    their spec, DDC/CI and power took effect."""
     label = display.labels(node, "")[display.NODE_LABEL]
-    lines = []
+    facts = []
     for obj in objects(display.API_VERSION, display.KIND):
         if (obj["metadata"].get("labels") or {}).get(display.NODE_LABEL) != label:
             continue
         status = obj.get("status", {})
-        spec_mode = obj.get("spec", {}).get("mode", "-")
+        facts.append({
+            "name": obj["metadata"]["name"], "connected": status.get("connected"),
+            "currentMode": status.get("currentMode", "-"),
+            "transform": status.get("currentTransform", "-"),
+            "scale": status.get("currentScale", "-"),
+            "specMode": obj.get("spec", {}).get("mode", "-"),
+            "spec": _spec_summary(obj), "ddc": _ddc_summary(status.get("ddc")),
+            "power": (_power_summary(status["power"]) if isinstance(status.get("power"), dict)
+                      else None),
+        })
+    return facts
+
+
+def display_lines(objects: Objects, node: str) -> list[str]:
+    lines = []
+    for fact in display_facts(objects, node):
         lines.append(
-            f"  {obj['metadata']['name']}: connected={status.get('connected')}"
-            f" currentMode={status.get('currentMode', '-')}"
-            f" transform={status.get('currentTransform', '-')}"
-            f" scale={status.get('currentScale', '-')} spec.mode={spec_mode}"
+            f"  {fact['name']}: connected={fact['connected']}"
+            f" currentMode={fact['currentMode']} transform={fact['transform']}"
+            f" scale={fact['scale']} spec.mode={fact['specMode']}"
         )
-        lines.append(f"    spec: {_spec_summary(obj)}")
-        lines.append(f"    ddc: {_ddc_summary(status.get('ddc'))}")
-        if isinstance(status.get("power"), dict):
-            lines.append(f"    power: {_power_summary(status['power'])}")
+        lines.append(f"    spec: {fact['spec']}")
+        lines.append(f"    ddc: {fact['ddc']}")
+        if fact["power"] is not None:
+            lines.append(f"    power: {fact['power']}")
     return lines or ["  (none)"]
 
 
@@ -105,17 +127,22 @@ def _ddc_summary(ddc: JsonObject | None) -> str:
     return " ".join(shown) or "answers"
 
 
-def claim_lines(objects: Objects, node: str) -> list[str]:
+def claim_facts(objects: Objects, node: str) -> list[JsonObject]:
     """The claims allocated a device of `node` (its pool), with those devices."""
-    lines = []
+    facts = []
     for obj in objects(SLICE_API, "ResourceClaim"):
         results = obj.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
         ours = [r["device"] for r in results if r.get("driver") == DRIVER and r.get("pool") == node]
         if ours:
             meta = obj["metadata"]
-            lines.append(f"  {meta.get('namespace', '')}/{meta['name']} (uid {meta['uid']}):"
-                         f" {', '.join(ours)}")
-    return lines or ["  (none)"]
+            facts.append({"namespace": meta.get("namespace", ""), "name": meta["name"],
+                          "uid": meta["uid"], "devices": ours})
+    return facts
+
+
+def claim_lines(objects: Objects, node: str) -> list[str]:
+    return [f"  {c['namespace']}/{c['name']} (uid {c['uid']}): {', '.join(c['devices'])}"
+            for c in claim_facts(objects, node)] or ["  (none)"]
 
 
 def cluster_lines(state: State) -> list[str]:
@@ -150,11 +177,34 @@ def paths_lines(layout: Layout, state: State) -> list[str]:
     ]
 
 
+def path_facts(layout: Layout, state: State) -> JsonObject:
+    """Where the node's files, sockets and servers are (paths_lines' facts)."""
+    return {
+        "state dir": str(layout.root), "api server": state.api_url,
+        "kubeconfig": state.kubeconfig, "context": state.context,
+        "metrics": state.metrics_url,
+        "wayland": {"WAYLAND_DISPLAY": layout.wayland_socket.name,
+                    "XDG_RUNTIME_DIR": str(layout.runtime_dir)},
+        "weston.ini": str(layout.weston_ini), "weston pid file": str(layout.weston_pid),
+        "capture": str(layout.capture_socket), "registration": str(layout.registration_socket),
+        "cdi specs": str(layout.cdi_dir),
+        "DDC/CI": [str(m.i2c_node(layout.root)) for m in card.monitors(state.monitors)],
+        "logs": str(layout.logs), "Xvfb DISPLAY": state.xvfb_display,
+    }
+
+
 def print_sections(out: TextIO, sections: Iterable[tuple[str, list[str]]]) -> None:
     for title, lines in sections:
         print(f"{title}:", file=out)
         for line in lines:
             print(line, file=out)
+    out.flush()
+
+
+def print_json(out: TextIO, facts: JsonObject) -> None:
+    """`status --json`: the sections' facts as one JSON object."""
+    json.dump(facts, out, indent=2, sort_keys=False, default=str)
+    out.write("\n")
     out.flush()
 
 

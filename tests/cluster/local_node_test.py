@@ -1,7 +1,9 @@
 """The real-cluster tier: `simnode up --cluster local` as a person runs it, then read with the
 real kubectl through the kubeconfig it printed. A real kube-apiserver, controller-manager,
 scheduler, kube-proxy, containerd and kubelet 1.37 run the operator's pod from the base as an
-owner applies it (deploy/overlays/simulated-node: the base, images never pulled).
+owner applies it (deploy/overlays/simulated-node: the base, images never pulled). The cluster
+is the one readme_walk_test ran the README on first (conftest.py); this module's last test
+stops it.
 
 Needs root, the components (build-support/kube/build: many minutes cold, cached after) and
 the images (deploy/images/build.sh), so it runs only with DISPLAY_OPERATOR_CLUSTER=1 (the
@@ -12,19 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import struct
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from capture.testing import png_rgb_pixels
 from libdisplay.compositor.wayland import list_outputs
-from tests.support.simnode_up import REPO, Sim, running
+from tests.cluster.cluster_node import colours, printed
+from tests.support.simnode_up import REPO, Sim
 
 pytestmark = pytest.mark.skipif(os.environ.get("DISPLAY_OPERATOR_CLUSTER") != "1",
                                 reason="the real-cluster tier: DISPLAY_OPERATOR_CLUSTER=1")
@@ -34,22 +33,11 @@ CLUSTER_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-
                      "containerd", "containerd-shim-runc-v2", "kube-proxy", "kubelet")
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
-    with running(tmp_path_factory.mktemp("local"), "--cluster", "local") as sim:
-        yield sim
-
-
-def _printed(sim: Sim, key: str) -> Path:
-    """The path `up` printed on its `key:` line."""
-    return Path(re.findall(rf"^{key}: (\S+)", sim.process.log_text(), re.M)[-1])
-
-
 def _kubectl_run(sim: Sim, *args: str,
                  input: str | None = None) -> subprocess.CompletedProcess[str]:
     """The built kubectl, through the kubeconfig `up` printed."""
-    return subprocess.run([str(_printed(sim, "bin") / "kubectl"),
-                           f"--kubeconfig={_printed(sim, 'kubeconfig')}", *args],
+    return subprocess.run([str(printed(sim, "bin") / "kubectl"),
+                           f"--kubeconfig={printed(sim, 'kubeconfig')}", *args],
                           input=input, capture_output=True, text=True, timeout=60,
                           check=False)
 
@@ -117,6 +105,24 @@ def test_the_operator_publishes_its_monitors_in_a_resourceslice(node: Sim) -> No
     assert published() == ["card0-dp-1", "card0-dp-2", "card0-hdmi-a-1"]
 
 
+def test_status_json_says_what_status_prints(node: Sim) -> None:
+    text = node.run("status")
+    facts = json.loads(node.run("status", "--json"))
+    pod = facts["operator pod"]
+    assert f"  {pod['name']} Running" in text and pod["phase"] == "Running"
+    assert {c["name"]: c["state"] for c in pod["containers"]} == {
+        "declare": "terminated", "weston": "running", "operator": "running",
+        "capture": "running"}
+    assert [d["name"] for d in facts["devices"]] == ["card0-dp-1", "card0-dp-2",
+                                                     "card0-hdmi-a-1"]
+    for display in facts["displays"]:
+        assert f"  {display['name']}: connected={display['connected']}" in text
+    assert facts["compositor"]["state"] == "answering"
+    assert len(facts["compositor"]["outputs"]) == 3
+    assert any(s.startswith("display_slice_publishes_total") for s in facts["metrics"])
+    assert facts["where everything lives"]["kubeconfig"] == str(printed(node, "kubeconfig"))
+
+
 def _slices(sim: Sim) -> dict[str, tuple[str, int]]:
     """driver -> (uid, device count) of this node's slices."""
     return {s["spec"]["driver"]: (s["metadata"]["uid"], len(s["spec"].get("devices", [])))
@@ -152,7 +158,7 @@ def test_after_a_kubelet_restart_the_operator_publishes_its_slice_again(node: Si
 
 
 def _crictl(sim: Sim, *args: str) -> Any:
-    crictl = _printed(sim, "bin") / "crictl"
+    crictl = printed(sim, "bin") / "crictl"
     done = subprocess.run([str(crictl), "--runtime-endpoint",
                            "unix:///run/containerd/containerd.sock", *args], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -248,14 +254,6 @@ def _outputs() -> dict[str, tuple[str, str]]:
             for o in list_outputs(SOCKETS / "wayland-0", timeout=10.0)}
 
 
-def _colours(png: Path) -> tuple[tuple[int, int], int]:
-    """(size, how many distinct colours) of a PNG of an output."""
-    data = png.read_bytes()
-    width, height = struct.unpack(">II", data[16:24])
-    rgb = png_rgb_pixels(data)
-    return (width, height), len(set(zip(rgb[0::3], rgb[1::3], rgb[2::3], strict=True)))
-
-
 def _pod_state(sim: Sim, name: str) -> tuple[str, int, str]:
     """(phase, restarts, start time) of a one-container pod."""
     pod = _kubectl(sim, "get", "pod", name)
@@ -272,9 +270,9 @@ def test_a_claim_at_a_mode_and_rotation_draws_on_its_output_beside_another_tenan
 
     # simnode claim: a real ResourceClaim with DisplayConfig parameters and a consumer pod;
     # the scheduler allocates it, the kubelet asks the operator to prepare it.
-    printed = node.run("claim", "card0-dp-1", "--mode", "1024x768@60",
-                       "--transform", "rotate-90", timeout=CONSUMER_S).split()
-    name, uid = printed[1], printed[-1]
+    words = node.run("claim", "card0-dp-1", "--mode", "1024x768@60",
+                     "--transform", "rotate-90", timeout=CONSUMER_S).split()
+    name, uid = words[1], words[-1]
     # The operator writes what it applied once the prepare has answered.
     node.wait(lambda: "devices" in _kubectl(node, "get", "resourceclaim", name)["status"],
               timeout=60, what="the claim's status.devices written by the operator")
@@ -297,12 +295,12 @@ def test_a_claim_at_a_mode_and_rotation_draws_on_its_output_beside_another_tenan
 
     def drawn() -> bool:
         node.run("shoot", "card0-dp-1", str(shot))
-        return _colours(shot)[1] > 1000
+        return colours(shot)[1] > 1000
 
     node.wait(drawn, timeout=60, what="the consumer's pattern on X2")
-    assert _colours(shot)[0] == (768, 1024)
+    assert colours(shot)[0] == (768, 1024)
     node.run("shoot", "card0-dp-2", str(tmp_path / "x3.png"))
-    assert _colours(tmp_path / "x3.png")[1] == 1
+    assert colours(tmp_path / "x3.png")[1] == 1
     # The other tenant's client never lost its compositor: a client cut from it exits, and
     # its pod is never restarted.
     assert _pod_state(node, keeper) == kept
@@ -409,7 +407,7 @@ def test_a_rollout_restart_replaces_the_pod_before_starting_the_new_one(node: Si
 def _denials(sim: Sim) -> tuple[int, list[str]]:
     """How many requests the pod's service accounts made, and each the real authorizer
     answered 403."""
-    log = _printed(sim, "audit log")
+    log = printed(sim, "audit log")
     found = []
     made = 0
     for line in log.read_text().splitlines():

@@ -70,6 +70,13 @@ class Paths:
         return self.state / "cni" / "net.d"
 
     @property
+    def registry_hosts(self) -> Path:
+        """containerd's per-registry host configs (<host>/hosts.toml): none unless a test
+        puts one there; set explicitly, as containerd's default (two dirs joined by ':') is
+        read as one dir by its transfer service's pulls."""
+        return self.state / "certs.d"
+
+    @property
     def containerd_root(self) -> Path:
         return self.cache / "containerd"
 
@@ -204,6 +211,9 @@ state = "/run/containerd"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "native"
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "{paths.registry_hosts}"
 
 # `ctr images import` unpacks through the transfer service, which knows only overlayfs unless
 # told: without this it answers "no unpack platforms defined".
