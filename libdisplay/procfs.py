@@ -59,22 +59,33 @@ def named(name: str, *, proc: Path = PROC) -> Iterator[int]:
 @dataclass(frozen=True, slots=True)
 class ProcessStat:
     """A process's scheduling state (`R` running or runnable, `S` sleeping, `D` in the kernel,
-    `T`/`t` stopped or traced, `Z` a zombie, ...) and the CPU seconds it used so far."""
+    `T`/`t` stopped or traced, `Z` a zombie, ...), which is its main thread's, and the CPU
+    seconds all its threads used so far; `main_cpu_s` the main thread's own share of them
+    (None where `/proc` shows no threads)."""
 
     state: str
     cpu_s: float
+    main_cpu_s: float | None = None
 
 
 def stat(pid: Pid, *, proc: Path = PROC) -> ProcessStat:
-    """`pid`'s state and CPU time (user + system) from `proc/PID/stat`."""
-    text = (proc / str(pid) / "stat").read_text(encoding="utf-8")
+    """`pid`'s state and CPU time (user + system) from `proc/PID/stat`, and its main thread's
+    CPU time from `proc/PID/task/PID/stat`."""
+    state, cpu_s = _stat_line(proc / str(pid) / "stat")
+    main_cpu_s = None
+    with contextlib.suppress(FileNotFoundError):
+        main_cpu_s = _stat_line(proc / str(pid) / "task" / str(pid) / "stat")[1]
+    return ProcessStat(state=state, cpu_s=cpu_s, main_cpu_s=main_cpu_s)
+
+
+def _stat_line(path: Path) -> tuple[str, float]:
+    text = path.read_text(encoding="utf-8")
     # comm, in parentheses, may hold spaces and parentheses: the fields follow the last ')'.
     fields = text[text.rindex(")") + 2:].split()
     try:
-        return ProcessStat(state=fields[0], cpu_s=(int(fields[11]) + int(fields[12]))
-                           / _CLOCK_TICKS)
+        return fields[0], (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     except (IndexError, ValueError) as err:
-        raise OSError(f"{proc / str(pid) / 'stat'} is not a stat line: {text!r}") from err
+        raise OSError(f"{path} is not a stat line: {text!r}") from err
 
 
 def cpu_pressure(*, proc: Path = PROC) -> float | None:

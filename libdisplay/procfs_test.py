@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +94,34 @@ def test_stat_of_a_sleeping_child_from_the_real_proc(sleeper: int) -> None:
         time.sleep(0.02)
         found = procfs.stat(sleeper)
     assert found.cpu_s >= 0
+
+
+def test_the_main_threads_cpu_time_is_read_apart_from_its_workers() -> None:
+    """A main thread waiting on a worker that burns CPU: the process's time grows, the main
+    thread's does not (its `task/PID/stat`)."""
+    script = ("import threading, time\n"
+              "def burn():\n"
+              "    end = time.monotonic() + 60\n"
+              "    while time.monotonic() < end: pass\n"
+              "t = threading.Thread(target=burn); t.start(); print('burning', flush=True)\n"
+              "t.join()\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "burning\n"
+        first = procfs.stat(child.pid)
+        deadline = time.monotonic() + WAIT_S
+        found = procfs.stat(child.pid)
+        while found.cpu_s - first.cpu_s < 0.3:
+            assert time.monotonic() < deadline, f"the worker never used CPU: {found}"
+            time.sleep(0.05)
+            found = procfs.stat(child.pid)
+        assert found.main_cpu_s is not None and first.main_cpu_s is not None
+        assert found.main_cpu_s - first.main_cpu_s < 0.1, (first, found)
+    finally:
+        child.kill()
+        child.wait(timeout=WAIT_S)
+        assert child.stdout is not None
+        child.stdout.close()
 
 
 def test_a_truncated_stat_is_an_oserror(tmp_path: Path) -> None:

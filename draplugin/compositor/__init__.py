@@ -68,6 +68,11 @@ Followed = Literal["changed", "unchanged", "failed"]
 changed (or the compositor restarted, or a change failed), nothing on the compositor changed,
 or the settings could not be applied and are tried again after a backoff."""
 POLL_S: Final = 0.02
+CONTROL_TIMEOUT_S: Final = 30.0
+"""How long the operator waits on one answer of the layout module. A busy compositor answers
+late (weston on a software GL rasterizer: 5 s in the VM tier with the host idle), and a hung
+one is the watchdog's to kill (within 10 s), which closes the socket and ends this wait: so
+the wait decides no hang itself, and stays within the kubelet's 45 s for a prepare."""
 _REFRESH_TOLERANCE_MHZ: Final = 500
 DEFAULT_TRANSFORM: Final = "normal"
 DEFAULT_SCALE: Final = 1
@@ -171,7 +176,7 @@ class Compositor:
         control: Path | None,
         restart_timeout: float,
         probe_timeout: float = 1.0,
-        control_timeout: float = 10.0,
+        control_timeout: float = CONTROL_TIMEOUT_S,
         proc: Path = PROC,
         recorder: Recorder | None = None,
     ) -> None:

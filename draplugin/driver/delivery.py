@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final, Protocol
 
+from draplugin import compositor
 from draplugin.settings import Settings
 from libdisplay import cdi, fsutil
 from libdisplay.cdi import ClaimedOutput, SocketDelivery
@@ -46,7 +47,7 @@ from libdisplay.compositor.outputs import CLAIMS_DIR
 log = logging.getLogger(__name__)
 
 CLAIM_DIR_MODE: Final = 0o755
-CONTROL_TIMEOUT_S: Final = 5.0
+CONTROL_TIMEOUT_S: Final = compositor.CONTROL_TIMEOUT_S
 # The module is absent, not misbehaving: nothing listens, so it holds no socket to remove.
 _ABSENT_ERRNOS: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
 

@@ -11,6 +11,10 @@ tells:
   charged; it is starved, not hung.
 - in the kernel (`D`: a modeset, a GPU ioctl): not charged; the kernel works for it, and a
   SIGKILL would not take before it returns anyway.
+- its other threads using CPU (at least `WORKING_SHARE` of one) while the main loop does not
+  answer: not charged; it waits on its own work, as weston's main thread waits asleep on a
+  software GL rasterizer's threads (Mesa's llvmpipe) to finish a frame. A main loop that
+  spins or deadlocks does so with its workers idle.
 - running with CPU, or sleeping, without answering: charged (a spinning or a deadlocked
   main loop).
 - no view of the process (no pid): charged; the silence alone decides.
@@ -31,6 +35,9 @@ from libdisplay.procfs import ProcessStat
 
 STARVED_SHARE: Final = 0.05
 """A runnable process given less than this share of one CPU over a tick is starved."""
+WORKING_SHARE: Final = 0.1
+"""The process's threads other than the main one, using at least this share of one CPU over a
+tick, are working for it: a silence meanwhile is work in progress."""
 PRESSURE_MIN: Final = 10.0
 """CPU pressure (percent, `some avg10`) from which a starved process is believed starved:
 below it nobody waits for a CPU, so a runnable process without CPU is not explained."""
@@ -127,4 +134,16 @@ def _why(stat: ProcessStat | None, before: ProcessStat | None, spent: float,
         load = "" if pressure is None else f", CPU pressure {pressure:.0f}%"
         return _Why(False, f"runnable but starved ({used:.2f} s CPU in {spent:.1f} s{load})")
     cpu = "" if used is None else f", {used:.2f} s CPU in {spent:.1f} s"
+    workers = _workers_cpu(stat, before)
+    if workers is not None and workers >= WORKING_SHARE * spent:
+        return _Why(False, f"state {stat.state}{cpu}, {workers:.2f} s of it its other threads':"
+                           " working")
     return _Why(True, f"state {stat.state}{cpu}")
+
+
+def _workers_cpu(stat: ProcessStat, before: ProcessStat | None) -> float | None:
+    """The CPU seconds the threads other than the main one used between `before` and `stat`;
+    None without a view of the main thread's own time."""
+    if before is None or stat.main_cpu_s is None or before.main_cpu_s is None:
+        return None
+    return (stat.cpu_s - stat.main_cpu_s) - (before.cpu_s - before.main_cpu_s)

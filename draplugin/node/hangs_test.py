@@ -49,6 +49,40 @@ def test_a_busy_compositor_is_not_charged_until_the_give_up_line(state: str, use
     assert "starved" in judged[0].detail or "kernel" in judged[0].detail
 
 
+def _threaded(ticks: list[tuple[str, float, float]]) -> list[Judgement]:
+    """As `_silence`, each tick's (main thread's state, its CPU, its other threads' CPU)."""
+    silence = Silence()
+    silence.tick(0.0, silent_since=None, stat=ProcessStat("S", 0.0, 0.0), pressure=0.0)
+    cpu = main = 0.0
+    found = []
+    for n, (state, own, workers) in enumerate(ticks, start=1):
+        main += own
+        cpu += own + workers
+        found.append(silence.tick(n * TICK, silent_since=0.0,
+                                  stat=ProcessStat(state, cpu, main), pressure=0.0))
+    return found
+
+
+def test_a_main_thread_waiting_on_its_working_threads_is_busy() -> None:
+    """weston on Mesa's llvmpipe: its main thread asleep while the rasterizer's threads draw a
+    frame (seen in the VM: 5 s silences, 0.7-1.2 s of CPU a 0.5 s tick) is not charged."""
+    judged = _threaded([("S", 0.0, 0.6)] * 70)
+    assert _first(judged, "hung") == 30.0 and _first(judged, "kill") == 30.0
+    assert "other threads" in judged[0].detail
+
+
+def test_a_main_loop_with_its_own_and_its_workers_cpu_is_busy() -> None:
+    judged = _threaded([("R", 0.3, 0.2)] * 20)
+    assert _first(judged, "hung") is None
+
+
+@pytest.mark.parametrize(("state", "own", "workers"), [("S", 0.0, 0.01), ("R", 0.5, 0.0)],
+                         ids=["deadlocked-workers-idle", "spinning-workers-idle"])
+def test_a_hang_with_idle_workers_is_charged(state: str, own: float, workers: float) -> None:
+    judged = _threaded([(state, own, workers)] * 20)
+    assert _first(judged, "hung") == 3.5 and _first(judged, "kill") == 7.5
+
+
 def test_a_runnable_process_without_cpu_on_an_idle_machine_is_not_starved() -> None:
     """Nobody waits for a CPU: nothing explains why it got none."""
     judged = _silence([("R", 0.0)] * 20, pressure=0.5)

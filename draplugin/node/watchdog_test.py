@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from draplugin import testing
+from draplugin import compositor, testing
 from draplugin.claims import ClaimRef
 from draplugin.compositor.pid import weston_pid
+from draplugin.driver import delivery
 from draplugin.driver.state import Driver
 from draplugin.node import hangs, watchdog
 from libdisplay.compositor.wayland import Liveness
@@ -32,6 +33,8 @@ without a clock); bench/soak and bench/operator print what a loaded node takes."
 # thread) and that still sit below the give-up's 30 s, so a hang found only by it fails.
 TAINTED_BY_S = 15.0
 KILLED_BY_S = 20.0
+KUBELET_PREPARE_S = 45.0
+"""How long the kubelet gives a NodePrepareResources call."""
 MAX_STEPS = 400  # bounds the step loops below (0.05 s each at most, plus the probe's work)
 QUICK = hangs.Budget(taint_after=0.3, kill_after=0.6, give_up_after=30.0)
 """A budget the step loops reach in a few ticks."""
@@ -116,6 +119,32 @@ def test_a_busy_compositor_is_neither_tainted_refused_nor_killed(tmp_path: Path)
     assert dog.slowest_s >= busy_compositor.LAG_S, dog.slowest_s
 
 
+def test_a_compositor_waiting_on_its_own_working_threads_is_not_killed(tmp_path: Path) -> None:
+    """Silent past the kill line while its main thread sleeps on a thread of its own that
+    burns CPU (weston waiting on llvmpipe's rasterizer threads): busy, not hung."""
+    heard: list[watchdog.Availability] = []
+    killed: list[int] = []
+    with busy_compositor.running(tmp_path) as stand_in:
+        dog = watchdog.Watchdog(stand_in.socket, pid=lambda: stand_in.process.pid,
+                                listeners=[heard.append],
+                                kill=lambda pid, _sig: killed.append(pid))
+
+        async def main() -> None:
+            task = asyncio.create_task(dog.run())
+            try:
+                await testing.until(lambda: dog.available, "the stand-in answers")
+                stand_in.work()
+                await testing.until(lambda: dog.slowest_s >= hangs.DEFAULT_BUDGET.kill_after,
+                                    "an answer after the working silence")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+        asyncio.run(main())
+    assert killed == []
+    assert [a.available for a in heard] == [True]
+
+
 def _times_to_taint_and_kill(dog: watchdog.Watchdog, hang: Callable[[], None],
                              dead: Callable[[], bool]) -> tuple[float, float]:
     """Run `dog` at its defaults; `hang()` the compositor once it answers; the seconds from
@@ -145,6 +174,14 @@ def test_the_default_budget_meets_a_real_hang_s_budgets() -> None:
     assert hangs.DEFAULT_BUDGET.taint_after + cadence <= TAINT_WITHIN_S
     assert hangs.DEFAULT_BUDGET.kill_after + cadence <= KILL_WITHIN_S
     assert hangs.DEFAULT_BUDGET.give_up_after > KILLED_BY_S
+
+
+def test_the_operators_waits_on_the_layout_module_outlast_the_kill_of_a_hang() -> None:
+    """A wait on the compositor shorter than the kill of a hung one decides a hang on a short
+    time-out: a busy compositor's late answer would fail the claim or the change."""
+    assert compositor.CONTROL_TIMEOUT_S > KILL_WITHIN_S
+    assert delivery.CONTROL_TIMEOUT_S > KILL_WITHIN_S
+    assert compositor.CONTROL_TIMEOUT_S < KUBELET_PREPARE_S
 
 
 def test_a_stopped_compositor_is_tainted_then_killed(tmp_path: Path) -> None:

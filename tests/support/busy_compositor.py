@@ -8,6 +8,9 @@ and `wl_display.sync` (answered with `wl_callback.done` and `wl_display.delete_i
 - SIGUSR1: busy for BUSY_S seconds: every answer goes out LAG_S after its request arrived,
   and the loop burns CPU meanwhile (a weston repainting 16 outputs on a loaded node).
 - SIGUSR2: hung: the loop spins on the CPU and never answers again.
+- SIGHUP: working for WORK_S seconds: the main thread waits, asleep, on a thread of its own
+  that burns CPU, and answers nothing meanwhile (weston waiting on llvmpipe's rasterizer
+  threads to finish a frame), then answers again.
 
 `BusyCompositor` starts it from a test and reaps it.
 """
@@ -22,6 +25,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +34,8 @@ from typing import Final
 
 BUSY_S: Final = 5.0
 LAG_S: Final = 1.5
+WORK_S: Final = 9.0
+"""Longer than the default budget's kill line (7.5 s), shorter than its give-up (30 s)."""
 START_TIMEOUT_S: Final = 30.0
 
 _HEADER = struct.Struct("<II")
@@ -52,6 +58,7 @@ class _Loop:
         self.selector.register(self.listener, selectors.EVENT_READ)
         self.busy_until = 0.0
         self.hung = False
+        self.work = False
         self.due: list[tuple[float, socket.socket, bytes]] = []
         self.serial = 0
 
@@ -59,6 +66,11 @@ class _Loop:
         while True:
             if self.hung:
                 continue  # a main loop that spins without answering
+            if self.work:
+                self.work = False
+                worker = threading.Thread(target=_burn, args=(WORK_S,))
+                worker.start()
+                worker.join()
             now = time.monotonic()
             self._send_due(now)
             if now < self.busy_until:
@@ -132,8 +144,12 @@ def main() -> None:
     def hang(_signum: int, _frame: object) -> None:
         loop.hung = True
 
+    def work(_signum: int, _frame: object) -> None:
+        loop.work = True
+
     signal.signal(signal.SIGUSR1, busy)
     signal.signal(signal.SIGUSR2, hang)
+    signal.signal(signal.SIGHUP, work)
     print("ready", flush=True)
     loop.run()
 
@@ -148,6 +164,10 @@ class BusyCompositor:
     def busy(self) -> None:
         """Busy for BUSY_S seconds from now, every answer LAG_S late."""
         self.process.send_signal(signal.SIGUSR1)
+
+    def work(self) -> None:
+        """Wait on a working thread of its own for WORK_S seconds, answering nothing."""
+        self.process.send_signal(signal.SIGHUP)
 
     def hang(self) -> None:
         """Spin without answering, until killed."""

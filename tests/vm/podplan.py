@@ -60,12 +60,6 @@ LAYOUT_SHELL: Final = PurePosixPath("/") / MODULEDIR / "layout-shell.so"
 CARD_EDITS: Final = CdiEdits()
 """What the card's CDI device (liken's, here virtio-gpu without virgl) gives the containers
 naming it: nothing; its device nodes and sysfs are the guest's own."""
-TIER_ENV: Final = {"weston": {"WESTON_RENDERER": "pixman"}}
-"""Where the tier departs from the manifest (whose env a CDI edit cannot override): pixman in
-place of GL. GL runs here (Mesa's kms_swrast, with zwp_linux_dmabuf_v1), but its llvmpipe under
-TCG is too slow for the pod's own bounds: run so on 2026-12-03 (host load 14-19), weston took
-41 s from start to answering, the first claim's CONFIGURE got no answer within the operator's
-5 s, and the watchdog killed weston."""
 PLAN: Final = PurePosixPath("pod/plan.json")
 OBJECTS: Final = PurePosixPath("kube/objects.yaml")
 
@@ -181,7 +175,7 @@ def container_plans(repo: Path, template: PodTemplate, pod: JsonObject) -> list[
         plans.append(ContainerPlan(
             name=container.name, role=role(container, template),
             argv=tuple(guest_argv(image, container)),
-            env={**assembler.env(container), **TIER_ENV.get(container.name, {})},
+            env=assembler.env(container),
             mounts=mount_plan(container, template.volumes),
             drop_all_capabilities=container.drop_all_capabilities))
     check_one_path_per_volume(plans)

@@ -70,8 +70,8 @@ def test_the_env_is_the_manifests_with_the_downward_api_resolved_for_the_node(
     for found in env.values():
         assert (found["KUBERNETES_SERVICE_HOST"], found["KUBERNETES_SERVICE_PORT"]) == (
             "127.0.0.1", "6443")
-    # The tier runs weston with pixman (TIER_ENV), capture as the manifest says.
-    assert env["weston"]["WESTON_RENDERER"] == "pixman"
+    # weston runs the renderer the manifest names (GL), with nothing of the tier's own.
+    assert env["weston"]["WESTON_RENDERER"] == "gl"
     assert "WESTON_RENDERER" not in env["capture"]
     assert plan["pod"]["spec"]["nodeName"] == "vm"
     assert plan["service_account"] == {"namespace": "display-operator",

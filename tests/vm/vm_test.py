@@ -29,8 +29,9 @@ pytestmark = pytest.mark.skipif(
 # Heads as the scenario plugs them: head N is the connector Virtual-(N+1).
 MODES = {0: (1920, 1080), 1: (1280, 800), 2: (1024, 768)}
 CLAIM_COLOUR = (230, 20, 160)  # guest/scenario.py's app
-# Pixman scans out the app's XRGB buffer unchanged, so nearly every pixel is the colour: the
-# bound leaves room for a frame edge only. Capture and dump are read from one framebuffer.
+# GL composites the app's opaque XRGB buffer unchanged (llvmpipe, as pixman did: every pixel
+# of the head is exactly the colour, seen), so nearly every pixel is the colour: the bound
+# leaves room for a frame edge only. Capture and dump are read from one framebuffer.
 COVERED = 0.99
 MAX_CAPTURE_DIFF = 2.0
 # A hang guard, not a budget: on virtio-gpu the slice follows a plug only after the master's
@@ -161,12 +162,12 @@ def test_weston_is_the_only_opener_and_master_of_the_card(boot: dict[str, Any]) 
 
 
 def test_weston_runs_the_renderer_its_card_names_with_no_fallback(boot: dict[str, Any]) -> None:
-    # The card's CDI edits name pixman here (tests/vm/podplan.py, CARD_EDITS).
+    """The manifest's GL (Mesa's kms_swrast on virtio-gpu without 3D, llvmpipe), with no
+    fallback to pixman: the default that ships is what the tier runs."""
     _reached(boot, "screendumps")
-    assert boot["weston"]["renderer"] == {"requested": "pixman", "running": "pixman",
-                                          "fallbacks": 0}
-    # pixman offers no dmabuf import; the GL renderer does.
-    assert "zwp_linux_dmabuf_v1" not in boot["weston"]["globals"]
+    assert boot["weston"]["renderer"] == {"requested": "gl", "running": "gl", "fallbacks": 0}
+    # The GL renderer offers dmabuf import; pixman does not.
+    assert "zwp_linux_dmabuf_v1" in boot["weston"]["globals"]
 
 
 def test_a_claimed_mode_reaches_that_head_only_and_release_restores_it(
@@ -357,3 +358,50 @@ def test_display_power_off_darkens_head_1_alone_and_on_brings_its_tenant_back(
     assert power["roundtrip_on"]["roundtrip"] is True
     print(f"head 1 powered off in {power['off_s']} s, lit again in {power['on_s']} s; off: "
           f"{power['state_off']}, dump {power['off_dump']}")
+
+
+CYCLE_MODE = (1024, 768)  # guest/scenario.py's CYCLE_MODE: not head 1's preferred 1280x800
+CYCLE_COLOUR = (120, 60, 200)
+
+
+def test_a_panel_power_cycled_while_off_keeps_its_claims_mode_and_power(
+        boot: dict[str, Any]) -> None:
+    """A tenant's claim at 1024x768 on head 1 and head 1's Display at spec.power Off; its
+    monitor removed and the same EDID attached again: the same weston, the claim's mode on
+    that output, the output still off (the Display's status says Off); On shows the tenant's
+    picture at that mode; heads 0 and 2 scan out the same pixels and their tenants answer."""
+    _reached(boot, "unplug")
+    cycle = boot["cycle"]
+    assert cycle["weston_pid_before"] == cycle["weston_pid_after"] is not None
+    assert cycle["before"]["sampled_coverage"] >= 0.9
+    # The same monitor came back: the same EDID, read again from the connector.
+    assert cycle["unplugged"]["sysfs"]["status"] == "disconnected"
+    back = cycle["replugged"]
+    assert back["sysfs"]["status"] == "connected"
+    assert back["sysfs"]["edid_digest"] == cycle["sysfs_before"]["edid_digest"] != ""
+    # After the re-plug: the claim's mode, still powered off, as the Display's spec says.
+    mode = "x".join(map(str, CYCLE_MODE))
+    assert back["weston_outputs"]["Virtual-2"] == mode
+    assert f" mode={mode}@" in back["output"] and back["power"] == "off", back["output"]
+    assert back["state"]["active"] in ("0", None) and back["state"]["connector_crtc"] == "(null)"
+    status = cycle["status_replugged"]
+    assert status["power"]["state"] == "Off" and status["currentMode"].startswith(mode), status
+    assert cycle["replugged_dump"]["tenant"] == 0.0, cycle["replugged_dump"]
+    # On: the tenant's picture at the claim's mode, through the same connection.
+    assert cycle["status_on"]["power"]["state"] == "On"
+    assert (cycle["on_scanout"]["width"], cycle["on_scanout"]["height"]) == CYCLE_MODE
+    assert cycle["on_dump"]["sampled_coverage"] >= 0.9, cycle["on_dump"]
+    assert cycle["state_on"]["active"] == "1"
+    assert cycle["roundtrip"]["roundtrip"] is True
+    # The neighbours: untouched pixels, connections that answer.
+    for head in (0, 2):
+        before = pixels.read_ppm(_out(boot) / f"live-before-head{head}.ppm")
+        for prefix in ("cycle-replugged", "cycle-on"):
+            after = pixels.read_ppm(_out(boot) / f"{prefix}-head{head}.ppm")
+            assert pixels.mean_abs_diff(before, after) == 0.0, (prefix, head)
+        assert cycle["neighbours"][str(head)]["roundtrip"] is True, head
+    on = pixels.read_ppm(_out(boot) / "cycle-on-head1.ppm")
+    assert on.size == CYCLE_MODE and pixels.coverage(on, CYCLE_COLOUR) >= COVERED
+    print(f"panel cycle of head 1 while off: unplug -> slice {cycle['unplug_slice_s']} s, "
+          f"replug -> slice {cycle['replug_slice_s']} s; On -> lit {cycle['on_s']} s, "
+          f"scanout at {CYCLE_MODE} after {cycle['on_scanout']['attempts']} dumps")

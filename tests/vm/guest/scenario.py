@@ -748,6 +748,7 @@ def live_reconfigure() -> None:
     for head in TENANTS:
         found["tenants"][head]["roundtrip"] = tenant_roundtrip(apps[head], 1)
     display_power(apps)
+    panel_cycle(apps)
     for head in TENANTS:
         stop(apps[head])
         found["tenants"][head]["release"] = release(TENANTS[head][0],
@@ -845,6 +846,98 @@ def display_power(apps: dict[int, str]) -> None:
     found["weston_pid_after"] = weston_pid()
     stop("tenant1")
     found["release"] = release("vm-tenant-1", answer["uid"])
+
+
+# -- a panel power-cycled at its button: its monitor gone and the same one back, powered off --
+
+CYCLE_MODE = (1024, 768)
+"""The claim's mode on head 1: not the monitor's preferred 1280x800, so a re-plug that lost
+the claim would light the preferred mode."""
+CYCLE_COLOUR = (120, 60, 200)
+
+
+def display_status() -> dict[str, Any]:
+    found: dict[str, Any] = api_get(f"{DISPLAYS}/{NODE}.{POWER_DEVICE}").get("status") or {}
+    return found
+
+
+def output_line(output: str) -> str | None:
+    """The layout module's OUTPUTS line of `output` (`Virtual-2 mode=1024x768@60 ...`)."""
+    return next((line for line in layout_request("OUTPUTS")[1:]
+                 if line.split(" ", 1)[0] == output), None)
+
+
+def panel_cycle(apps: dict[int, str]) -> None:
+    """A tenant's claim at a non-preferred mode on head 1 and head 1's Display at spec.power
+    Off; its monitor removed and the same EDID attached again (a panel switched off and on at
+    its button). After the re-plug: same weston, the claim's mode on that output, the output
+    still off as the Display says; spec.power On then shows the tenant's picture at that mode;
+    the tenants of heads 0 and 2 untouched throughout."""
+    step("panel cycle: a claimed mode on head 1")
+    found: dict[str, Any] = {}
+    results["cycle"] = found
+    answer = claim("vm-cycle", POWER_DEVICE, f"{CYCLE_MODE[0]}x{CYCLE_MODE[1]}@60")
+    if answer["error"]:
+        raise RuntimeError(f"claim vm-cycle on {POWER_DEVICE}: {answer['error']}")
+    found["claim"] = answer
+    until(lambda: (wayland_outputs() or {}).get(POWER_OUTPUT) == "x".join(map(str, CYCLE_MODE)),
+          timeout=WAIT_S, what=f"{POWER_OUTPUT} at the claimed mode")
+    found["shown"] = show_app(answer["uid"], POWER_DEVICE, "cycler", CYCLE_COLOUR)
+    found["before"] = dump_showing(POWER_HEAD, "cycle-before-head1", CYCLE_COLOUR)
+    found["weston_pid_before"] = weston_pid()
+    found["sysfs_before"] = sysfs_connectors()[f"card0-{POWER_OUTPUT}"]
+    step("panel cycle: power Off")
+    set_power("Off")
+    until(lambda: output_power(POWER_OUTPUT) == "off", timeout=60, what="head 1 powered off")
+    until(lambda: power_reported("Off"), timeout=WAIT_S, what="the Display reports power Off")
+    step("panel cycle: monitor removed")
+    t0 = time.monotonic()
+    ask_host(op="unplug", head=POWER_HEAD)
+    found["unplug_slice_s"] = timed("the slice drops head 1's device",
+                                    lambda: POWER_DEVICE not in slice_devices(), t0)
+    until(lambda: display_status().get("connected") is False, timeout=WAIT_S,
+          what="the Display reports its monitor gone")
+    found["unplugged"] = {"sysfs": sysfs_connectors()[f"card0-{POWER_OUTPUT}"],
+                          "output": output_line(POWER_OUTPUT)}
+    step("panel cycle: the same monitor attached again")
+    t0 = time.monotonic()
+    ask_host(op="plug", head=POWER_HEAD, width=PLUGGED[POWER_HEAD][0],
+             height=PLUGGED[POWER_HEAD][1])
+    found["replug_slice_s"] = timed("the slice regains head 1's device",
+                                    lambda: POWER_DEVICE in slice_devices(), t0)
+    # The operator has followed the re-plug once the Display says connected again with the
+    # monitor's EDID and the mode its output runs at.
+    found["status_replugged"] = until(
+        lambda: (st := display_status()).get("connected") is True and st.get("edid")
+        and st.get("currentMode") and st,
+        timeout=WAIT_S, what="the Display reports its monitor back with its output's mode")
+    found["replugged"] = {"sysfs": sysfs_connectors()[f"card0-{POWER_OUTPUT}"],
+                          "output": output_line(POWER_OUTPUT),
+                          "power": output_power(POWER_OUTPUT),
+                          "state": crtc_state(POWER_OUTPUT),
+                          "weston_outputs": wayland_outputs()}
+    dump = ask_host(op="screendump", head=POWER_HEAD, name="cycle-replugged-head1")
+    image = pixels.read_ppm(OUT / "cycle-replugged-head1.ppm")
+    found["replugged_dump"] = {**dump,
+                               "tenant": round(pixels.coverage(image, CYCLE_COLOUR, step=97), 4)}
+    found["others_replugged"] = {head: dump_showing(head, f"cycle-replugged-head{head}",
+                                                    TENANTS[head][2]) for head in TENANTS}
+    step("panel cycle: power On")
+    t0 = time.monotonic()
+    set_power("On")
+    found["on_s"] = timed("head 1 lit again", lambda: output_power(POWER_OUTPUT) == "on", t0)
+    found["status_on"] = until(lambda: power_reported("On"), timeout=WAIT_S,
+                               what="the Display reports power On")
+    found["on_scanout"] = scanout_at(CYCLE_MODE, "cycle-on-size-head1", POWER_HEAD)
+    found["on_dump"] = dump_showing(POWER_HEAD, "cycle-on-head1", CYCLE_COLOUR)
+    found["state_on"] = crtc_state(POWER_OUTPUT)
+    found["output_on"] = output_line(POWER_OUTPUT)
+    found["roundtrip"] = tenant_roundtrip("cycler", 1)
+    found["neighbours"] = {str(head): tenant_roundtrip(apps[head], 3) for head in TENANTS}
+    dumps_of(TENANTS, "cycle-on")
+    found["weston_pid_after"] = weston_pid()
+    stop("cycler")
+    found["release"] = release("vm-cycle", answer["uid"])
 
 
 def timed(what: str, check: Callable[[], bool], t0: float) -> float:
