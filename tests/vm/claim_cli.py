@@ -8,8 +8,9 @@ PEX: it needs gRPC, and the consumer is tests/support/layout.py's client).
 API_FLAGS are `--api URL --token-file FILE --ca-file FILE`: the API's HTTPS address, the
 bearer token of the identity that calls it and the CA its certificate is verified with.
 `prepare` creates ResourceClaim NAME in `default`, allocates DEV of pool NODE to it with the
-claim's DisplayConfig (as the scheduler writes status.allocation), then asks the operator to
-prepare it the way the kubelet does (simnode.kubelet.plugin); prints {"uid", "error"} as JSON.
+claim's DisplayConfig and the node's selector (as the scheduler writes status.allocation),
+then asks the operator to prepare it the way the kubelet does (simnode.kubelet.plugin); prints
+{"uid", "error"} as JSON.
 `unprepare` asks the operator to unprepare it and deletes the claim; prints {"error"}.
 `show` is the claim's app: one toplevel of a solid colour on the claim's Wayland socket; it
 prints {"shown", "configured", "outputs_offered", "output_events"} once the compositor has
@@ -76,6 +77,7 @@ def _call(args: argparse.Namespace, method: str, path: str, body: Any = None,
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
+    from simnode.cluster import control  # the allocation as the scheduler writes it
     from simnode.kubelet.plugin import Claim  # gRPC: only for the kubelet's calls
 
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -83,15 +85,9 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
              "spec": {"devices": {"requests": [
                  {"name": "screen", "exactly": {"deviceClassName": DRIVER}}]}}}
     uid = str(_call(args, "POST", CLAIMS, claim)["metadata"]["uid"])
-    parameters: dict[str, Any] = {"apiVersion": "display.liken.sh/v1alpha1",
-                                  "kind": "DisplayConfig"}
-    if args.mode:
-        parameters["mode"] = args.mode
-    allocation = {"status": {"allocation": {"devices": {
-        "results": [{"request": "screen", "driver": DRIVER, "pool": args.node,
-                     "device": args.device}],
-        "config": [{"source": "FromClaim", "requests": ["screen"],
-                    "opaque": {"driver": DRIVER, "parameters": parameters}}]}}}}
+    parameters = {"mode": args.mode} if args.mode else {}
+    allocation = {"status": {"allocation": control.allocation(args.node, args.device, parameters,
+                                                              driver=DRIVER)}}
     _call(args, "PATCH", f"{CLAIMS}/{args.name}/status", allocation,
           "application/merge-patch+json")
     with _kubelet(Path(args.registration)) as kubelet:

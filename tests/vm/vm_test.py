@@ -183,6 +183,21 @@ def test_a_claimed_mode_reaches_that_head_only_and_release_restores_it(
     assert (found["released"]["width"], found["released"]["height"]) == MODES[1]
 
 
+def test_the_operator_reports_what_it_applied_in_the_claims_status(boot: dict[str, Any]) -> None:
+    """The operator's status.devices write passes the API server's check of the driver's
+    right to it (associated-node: the claim allocated on the operator's own node, as the
+    scheduler writes the allocation)."""
+    _reached(boot, "unplug")
+    devices = boot["claims"]["status_devices"]
+    assert isinstance(devices, list), devices
+    [device] = devices
+    assert (device["driver"], device["pool"], device["device"]) == (
+        "display.liken.sh", "vm", "card0-virtual-2")  # guest/scenario.py's NODE
+    # The mode weston runs: the claim asked for 1024x768@60, virtio-gpu's timing is 60.004 Hz.
+    assert {k: device["data"][k] for k in ("output", "mode")} == {
+        "output": "Virtual-2", "mode": "1024x768@60.004"}
+
+
 def _coverage(path: Path) -> float:
     read = pixels.read_png if path.suffix == ".png" else pixels.read_ppm
     return pixels.coverage(read(path), CLAIM_COLOUR)

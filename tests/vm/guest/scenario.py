@@ -482,6 +482,17 @@ def release(name: str, uid: str) -> dict[str, Any]:
     return answer
 
 
+def claim_devices(name: str) -> Any:
+    """The claim's `status.devices` once the operator has written them (its report follows the
+    prepare), or the error that kept them out."""
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}"
+    try:
+        return until(lambda: (api_get(path).get("status") or {}).get("devices"), timeout=WAIT_S,
+                     what=f"the operator's status.devices on claim {name}")
+    except TimeoutError as err:
+        return {"error": str(err)}
+
+
 def claim_socket(uid: str, device: str) -> Path:
     """Where the claim's CDI device puts WAYLAND_DISPLAY, read as a runtime applies its edits:
     the mount whose containerPath holds that path, mapped back to its hostPath."""
@@ -574,6 +585,7 @@ def claims() -> None:
         until(lambda: (wayland_outputs() or {}).get("Virtual-2") == "1024x768", timeout=WAIT_S,
               what="Virtual-2 at the claimed 1024x768")
         found["claimed_outputs"] = wayland_outputs()
+        found["status_devices"] = claim_devices("vm-mode")
         step("the claim's app")
         found["app"] = show_app(answer["uid"], "card0-virtual-2")
         results["claims"] = found
