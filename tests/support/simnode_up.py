@@ -37,8 +37,18 @@ class Sim:
             [*self.command, *args, f"--state-dir={self.layout.root}"], env=self.env,
             capture_output=True, text=True, timeout=timeout, check=False,
         )
-        assert done.returncode == 0, f"simnode {' '.join(args)}: {done.stderr}"
+        assert done.returncode == 0, (f"simnode {' '.join(args)}: {done.stderr}\n"
+                                      f"{self.log_tails()}")
         return done.stdout
+
+    def log_tails(self, lines: int = 25) -> str:
+        """The last lines of each of the node's logs (the pod's containers, its actors): what a
+        failed command's cause is looked for in, as CI keeps no state dir."""
+        tails = []
+        for log in sorted(self.layout.logs.rglob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append("\n".join([f"-- {log.relative_to(self.layout.logs)}:", *text]))
+        return "\n".join(tails)
 
     def state(self) -> JsonObject:
         data: JsonObject = json.loads(self.layout.state_file.read_text())
