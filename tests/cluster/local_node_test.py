@@ -355,9 +355,19 @@ def _while_hung(node: Sim) -> None:
                    and "cannot allocate all claims" in c.get("message", "")
                    for c in conditions)
 
-    node.wait(unschedulable, timeout=60, what="the scheduler's reason on the new pod")
-    node.wait(lambda: _health(node, "holder") == "Unhealthy", timeout=60,
-              what="the kubelet reporting the holder's device Unhealthy")
+    # Both are looked for at each look: the hang lasts only until the watchdog's kill (7.5 s of
+    # silence), so the holder's Unhealthy may come and go while the scheduler is still deciding.
+    seen: set[str] = set()
+
+    def both() -> bool:
+        if unschedulable():
+            seen.add("unschedulable")
+        if _health(node, "holder") == "Unhealthy":
+            seen.add("unhealthy")
+        return seen == {"unschedulable", "unhealthy"}
+
+    node.wait(both, timeout=60, what="the scheduler's reason on the new pod and the kubelet "
+                                     "reporting the holder's device Unhealthy")
     # The watchdog kills weston, it starts again, the taint goes: the waiting pod runs and the
     # holder's device is Healthy again.
     node.wait(lambda: not _tainted(node), timeout=120, what="the taint gone")
