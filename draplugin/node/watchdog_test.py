@@ -6,11 +6,12 @@ stand-in compositor made busy or hung on demand (tests.support.busy_compositor).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,18 @@ class _DictKube:
         return None
 
 
+@contextlib.asynccontextmanager
+async def _watching(dog: watchdog.Watchdog) -> AsyncIterator[None]:
+    """`dog` running, from the compositor's first answer until the block ends."""
+    task = asyncio.create_task(dog.run())
+    try:
+        await testing.until(lambda: dog.available, "the compositor answers")
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def test_a_busy_compositor_is_neither_tainted_refused_nor_killed(tmp_path: Path) -> None:
     """Every answer 1.5 s late for 5 s (three times what the probe once allowed), the stand-in
     burning CPU meanwhile: claims prepared all along, no taint, no kill."""
@@ -97,9 +110,7 @@ def test_a_busy_compositor_is_neither_tainted_refused_nor_killed(tmp_path: Path)
         claims = _Claims(tmp_path / "node", lambda: dog.refusal(wait=5.0))
 
         async def main() -> list[str]:
-            task = asyncio.create_task(dog.run())
-            try:
-                await testing.until(lambda: dog.available, "the stand-in answers")
+            async with _watching(dog):
                 stand_in.busy()
                 errors, until = [], time.monotonic() + busy_compositor.BUSY_S + \
                     busy_compositor.LAG_S
@@ -107,9 +118,6 @@ def test_a_busy_compositor_is_neither_tainted_refused_nor_killed(tmp_path: Path)
                     errors.append(await asyncio.to_thread(claims.cycle))
                     await asyncio.sleep(0.2)
                 return errors
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
 
         errors = asyncio.run(main())
     assert errors and all(e == "" for e in errors), errors
@@ -130,15 +138,10 @@ def test_a_compositor_waiting_on_its_own_working_threads_is_not_killed(tmp_path:
                                 kill=lambda pid, _sig: killed.append(pid))
 
         async def main() -> None:
-            task = asyncio.create_task(dog.run())
-            try:
-                await testing.until(lambda: dog.available, "the stand-in answers")
+            async with _watching(dog):
                 stand_in.work()
                 await testing.until(lambda: dog.slowest_s >= hangs.DEFAULT_BUDGET.kill_after,
                                     "an answer after the working silence")
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
 
         asyncio.run(main())
     assert killed == []
@@ -151,18 +154,13 @@ def _times_to_taint_and_kill(dog: watchdog.Watchdog, hang: Callable[[], None],
     the hang until it is unavailable, and until `dead()`."""
 
     async def main() -> tuple[float, float]:
-        task = asyncio.create_task(dog.run())
-        try:
-            await testing.until(lambda: dog.available, "the compositor answers")
+        async with _watching(dog):
             began = time.monotonic()
             hang()
             await testing.until(lambda: not dog.available, "the hang is judged")
             tainted = time.monotonic() - began
             await testing.until(dead, "the hung compositor is dead")
             return tainted, time.monotonic() - began
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     return asyncio.run(main())
 

@@ -815,6 +815,16 @@ def power_reported(state: str) -> dict[str, Any] | None:
     return None
 
 
+def power_on_again(found: dict[str, Any]) -> None:
+    """spec.power On on head 1: into `found`, the seconds until its output is on again
+    (`on_s`) and the Display that reports it (`status_on`)."""
+    t0 = time.monotonic()
+    set_power("On")
+    found["on_s"] = timed("head 1 lit again", lambda: output_power(POWER_OUTPUT) == "on", t0)
+    found["status_on"] = until(lambda: power_reported("On"), timeout=WAIT_S,
+                               what="the Display reports power On")
+
+
 def display_power(apps: dict[int, str]) -> None:
     """spec.power Off on head 1 while tenants draw on heads 0, 1 and 2: head 1's CRTC goes
     inactive and its scanout dark, heads 0 and 2 keep theirs, every tenant keeps its
@@ -847,11 +857,7 @@ def display_power(apps: dict[int, str]) -> None:
     found["roundtrips_off"] = {str(head): tenant_roundtrip(apps[head], 2) for head in TENANTS}
     found["roundtrips_off"]["1"] = tenant_roundtrip("tenant1", 1)
     step("power: On")
-    t0 = time.monotonic()
-    set_power("On")
-    found["on_s"] = timed("head 1 lit again", lambda: output_power(POWER_OUTPUT) == "on", t0)
-    found["status_on"] = until(lambda: power_reported("On"), timeout=WAIT_S,
-                               what="the Display reports power On")
+    power_on_again(found)
     found["on_dump"] = dump_showing(POWER_HEAD, "power-on-head1", POWER_COLOUR)
     found["state_on"] = crtc_state(POWER_OUTPUT)
     found["roundtrip_on"] = tenant_roundtrip("tenant1", 2)
@@ -935,11 +941,7 @@ def panel_cycle(apps: dict[int, str]) -> None:
     found["others_replugged"] = {head: dump_showing(head, f"cycle-replugged-head{head}",
                                                     TENANTS[head][2]) for head in TENANTS}
     step("panel cycle: power On")
-    t0 = time.monotonic()
-    set_power("On")
-    found["on_s"] = timed("head 1 lit again", lambda: output_power(POWER_OUTPUT) == "on", t0)
-    found["status_on"] = until(lambda: power_reported("On"), timeout=WAIT_S,
-                               what="the Display reports power On")
+    power_on_again(found)
     found["on_scanout"] = scanout_at(CYCLE_MODE, "cycle-on-size-head1", POWER_HEAD)
     found["on_dump"] = dump_showing(POWER_HEAD, "cycle-on-head1", CYCLE_COLOUR)
     found["state_on"] = crtc_state(POWER_OUTPUT)
